@@ -1,0 +1,203 @@
+"""Key identity: SGLang's page-hash chain, namespaces, key validation and storage key spaces.
+
+``page_hashes`` reproduces SGLang's SHA-256 chain bit for bit. A :class:`KeySpace` turns a bare
+page hash into the storage key a backend sees: a digest of everything that makes a page's bytes
+meaningful, the bare key, and the rank coordinates that shard KV. Two deployments that could
+misread each other's bytes never share a storage key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .errors import InvalidKeyError
+
+__all__ = [
+    "KEY_FORMAT_VERSION",
+    "MAX_KEY_LENGTH",
+    "KeySpace",
+    "namespace_root",
+    "page_hashes",
+    "validate_key",
+    "validate_keys",
+]
+
+#: Version of the storage key / page identity format; part of every key space digest.
+KEY_FORMAT_VERSION = 1
+#: Longest bare key accepted.
+MAX_KEY_LENGTH = 256
+
+_UINT32_MAX = 0xFFFFFFFF
+_SAFE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_NAMESPACE_TAG = b"hicache-storage/namespace/v1\x00"
+
+
+def namespace_root(namespace: str) -> str:
+    """Hex digest that seeds the page-hash chain of ``namespace``.
+
+    The encoding is framed (tag, 8-byte length, UTF-8 bytes), so no two namespaces, and no
+    namespace and token sequence, produce the same seed input.
+    """
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError(f"namespace must be a non-empty str, got {namespace!r}")
+    raw = namespace.encode("utf-8")
+    return hashlib.sha256(_NAMESPACE_TAG + struct.pack("<Q", len(raw)) + raw).hexdigest()
+
+
+def page_hashes(
+    token_ids: Sequence[int],
+    page_size: int,
+    prior_hash: str | None = None,
+    *,
+    namespace: str | None = None,
+) -> list[str]:
+    """SGLang's page keys for ``token_ids``: one lowercase hex SHA-256 digest per page.
+
+    ``digest_i = SHA256(digest_{i-1} raw bytes || uint32-LE tokens of page i)``; the first page has
+    no prefix unless ``prior_hash`` (the parent's last page hash) or ``namespace`` is given.
+    The last page may be shorter than ``page_size``. Token ids outside ``[0, 2**32)`` raise
+    :class:`ValueError`.
+    """
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+    if prior_hash is not None and namespace is not None:
+        raise ValueError(
+            "pass either prior_hash (continuing a chain, which already carries its namespace) "
+            "or namespace (starting a chain), not both"
+        )
+    prior: bytes | None = None
+    if prior_hash is not None:
+        prior = _hex_digest_bytes(prior_hash, "prior_hash")
+    elif namespace is not None:
+        prior = bytes.fromhex(namespace_root(namespace))
+    tokens = list(token_ids)
+    for position, token in enumerate(tokens):
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= _UINT32_MAX:
+            raise ValueError(
+                f"token_ids[{position}] = {token!r} is not a uint32 token id "
+                f"(expected an int in [0, {_UINT32_MAX}])"
+            )
+    result: list[str] = []
+    for start in range(0, len(tokens), page_size):
+        page = tokens[start : start + page_size]
+        hasher = hashlib.sha256()
+        if prior is not None:
+            hasher.update(prior)
+        hasher.update(struct.pack(f"<{len(page)}I", *page))
+        prior = hasher.digest()
+        result.append(prior.hex())
+    return result
+
+
+def _hex_digest_bytes(value: str, name: str) -> bytes:
+    if not isinstance(value, str) or len(value) != 64:
+        raise ValueError(f"{name} must be a 64-character hex SHA-256 digest, got {value!r}")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a 64-character hex SHA-256 digest, got {value!r}") from None
+
+
+def validate_key(key: object) -> str:
+    """Return ``key`` if it is a safe bare key, else raise :class:`InvalidKeyError`.
+
+    Safe keys are 1..256 characters from ``[A-Za-z0-9._-]`` starting with a letter or digit, so
+    no key can carry a path separator, traversal, whitespace or a glob into a file path, an S3
+    key or a Redis key.
+    """
+    if not isinstance(key, str):
+        raise InvalidKeyError(f"key must be a str, got {type(key).__name__} {key!r}")
+    if not key:
+        raise InvalidKeyError("key must be a non-empty str")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidKeyError(f"key is {len(key)} characters long; at most {MAX_KEY_LENGTH} are allowed")
+    if _SAFE_KEY.fullmatch(key) is None:
+        raise InvalidKeyError(
+            f"key {key!r} has characters outside [A-Za-z0-9._-] or does not start with a letter "
+            "or digit (page hashes are lowercase hex)"
+        )
+    return key
+
+
+def validate_keys(keys: object) -> list[str]:
+    """Validate a batch of keys (a list or tuple of str); raises before anything is done."""
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
+        raise InvalidKeyError(f"keys must be a list of str, got {type(keys).__name__}")
+    for index, key in enumerate(keys):
+        try:
+            validate_key(key)
+        except InvalidKeyError as exc:
+            raise InvalidKeyError(f"keys[{index}]: {exc}") from None
+    return list(keys)
+
+
+@dataclass(frozen=True)
+class KeySpace:
+    """Maps bare page keys to storage keys for one deployment and rank.
+
+    Storage key: ``<space digest>.<bare key>.<rank suffix>``; the digest covers model name and
+    revision, namespace, KV dtype, host layout, page size, bytes per page, MLA/MHA and the format
+    version. The rank suffix carries tp rank/size (omitted when every rank holds the same KV),
+    pp rank/size and cp rank/size. Every character is in ``[A-Za-z0-9._-]``.
+    """
+
+    model_name: str
+    dtype: str
+    layout: str
+    page_size: int
+    page_bytes: int
+    is_mla: bool
+    tp_rank: int = 0
+    tp_size: int = 1
+    pp_rank: int = 0
+    pp_size: int = 1
+    cp_rank: int = 0
+    cp_size: int = 1
+    namespace: str = ""
+    model_revision: str = ""
+    format_version: int = KEY_FORMAT_VERSION
+
+    @property
+    def digest(self) -> str:
+        """20 hex characters identifying everything but the rank."""
+        fields: Iterable[object] = (
+            self.format_version,
+            self.model_name,
+            self.model_revision,
+            self.namespace,
+            self.dtype,
+            self.layout,
+            self.page_size,
+            self.page_bytes,
+            "mla" if self.is_mla else "mha",
+        )
+        hasher = hashlib.sha256(b"hicache-storage/keyspace\x00")
+        for value in fields:
+            raw = str(value).encode("utf-8")
+            hasher.update(struct.pack("<Q", len(raw)) + raw)
+        return hasher.hexdigest()[:20]
+
+    @property
+    def rank_suffix(self) -> str:
+        """Rank coordinates that shard KV, e.g. ``tp1of2.pp0of1.cp0of1`` (MLA: no tp part)."""
+        parts = [] if self.is_mla else [f"tp{self.tp_rank}of{self.tp_size}"]
+        parts += [f"pp{self.pp_rank}of{self.pp_size}", f"cp{self.cp_rank}of{self.cp_size}"]
+        return ".".join(parts)
+
+    @property
+    def prefix(self) -> str:
+        """Leading part shared by every storage key of this space (useful for listing/clearing)."""
+        return f"hc{self.format_version}-{self.digest}."
+
+    def storage_key(self, key: str) -> str:
+        """Storage key for the bare ``key`` (validated)."""
+        return f"{self.prefix}{validate_key(key)}.{self.rank_suffix}"
+
+    def storage_keys(self, keys: Sequence[str]) -> list[str]:
+        """Storage keys for a batch of bare keys (validated)."""
+        prefix, suffix = self.prefix, self.rank_suffix
+        return [f"{prefix}{validate_key(key)}.{suffix}" for key in keys]
