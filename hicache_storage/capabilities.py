@@ -39,9 +39,7 @@ class Capabilities:
         names = {f.name for f in fields(self)}
         for key in overrides:
             if key not in names:
-                raise ConfigError(
-                    f"capabilities.{key}", f"unknown capability; expected one of {sorted(names)}"
-                )
+                raise ConfigError(f"capabilities.{key}", f"unknown capability; expected one of {sorted(names)}")
         return replace(self, **overrides)
 
     def as_dict(self) -> dict[str, Any]:

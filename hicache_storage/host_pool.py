@@ -157,7 +157,7 @@ class HostKVPool:
         page = self._page_number(token_index)
         data = self._bytes
         return [
-            memoryview(data[base + page * stride : base + page * stride + length])
+            data[base + page * stride : base + page * stride + length].data
             for base, stride, length in self._segment_plan
         ]
 

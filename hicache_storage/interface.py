@@ -31,7 +31,7 @@ from .config import SDK_OPTION_NAMES, HiCacheStorageConfig, HiCacheStorageExtraI
 from .errors import ConfigError, InvalidRequestError
 from .keys import KeySpace, validate_key, validate_keys
 from .options import NoOptions, parse_options
-from .page_buffers import PageBuffers, page_nbytes, pool_page_buffers, pool_page_bytes, tensor_page_buffer
+from .page_buffers import PageBuffers, pool_page_buffers, pool_page_bytes, tensor_page_buffer
 from .resilience import ResilienceOptions, ResiliencePolicy
 from .stats import StorageStats
 
@@ -159,7 +159,9 @@ class HiCacheStorage(ABC):
                 "mem_pool_host", f"pages of {page_bytes} bytes exceed this backend's max_page_bytes={limit}"
             )
         self.mem_pool_host = mem_pool_host
-        self.keyspace = keyspace_for(self.config, mem_pool_host, namespace=self.namespace, model_revision=self.model_revision)
+        self.keyspace = keyspace_for(
+            self.config, mem_pool_host, namespace=self.namespace, model_revision=self.model_revision
+        )
         self.on_register_pool(mem_pool_host)
 
     def _require_ready(self) -> KeySpace:
@@ -196,12 +198,15 @@ class HiCacheStorage(ABC):
         size = int(pool.size)
         if bool(((starts % page_size) != 0).any()) or bool((starts < 0).any()) or bool((starts >= size).any()):
             raise InvalidRequestError(
-                f"host_indices: every page must start at a multiple of page_size={page_size} inside the pool (size {size})"
+                f"host_indices: every page must start at a multiple of page_size={page_size} "
+                f"inside the pool (size {size})"
             )
         return [int(s) for s in starts.tolist()]
 
     # ------------------------------------------------------------ dispatch
-    def _guarded(self, op: str, primitive: Callable[[list[str], Any], list[bool]], skeys: list[str], payload: Any) -> list[bool]:
+    def _guarded(
+        self, op: str, primitive: Callable[[list[str], Any], list[bool]], skeys: list[str], payload: Any
+    ) -> list[bool]:
         """Run a primitive over chunks of ``max_batch_size``; faults become ``False``."""
         results: list[bool] = []
         step = max(1, int(self.capabilities.max_batch_size or len(skeys) or 1))
@@ -211,7 +216,9 @@ class HiCacheStorage(ABC):
             results.extend(self._call_chunk(op, primitive, chunk_keys, chunk_payload))
         return results
 
-    def _call_chunk(self, op: str, primitive: Callable[[list[str], Any], list[bool]], keys: list[str], payload: Any) -> list[bool]:
+    def _call_chunk(
+        self, op: str, primitive: Callable[[list[str], Any], list[bool]], keys: list[str], payload: Any
+    ) -> list[bool]:
         def attempt() -> list[bool]:
             out = primitive(keys, payload)
             if not isinstance(out, list) or len(out) != len(keys):
@@ -254,7 +261,9 @@ class HiCacheStorage(ABC):
         return self._guarded("get", self.read_pages, skeys, pages)
 
     # ------------------------------------------------------------ SGLang v1
-    def batch_get_v1(self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None) -> list[bool]:
+    def batch_get_v1(
+        self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> list[bool]:
         """Read pages straight into host-pool slots; one bool per key (``False`` = miss)."""
         space = self._require_ready()
         keys = validate_keys(keys)
@@ -265,7 +274,9 @@ class HiCacheStorage(ABC):
         pages = pool_page_buffers(self.mem_pool_host, starts)
         return self._timed("get", keys, lambda: self._read_storage(skeys, pages), space.page_bytes)
 
-    def batch_set_v1(self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None) -> list[bool]:
+    def batch_set_v1(
+        self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> list[bool]:
         """Write pages straight from host-pool slots; one bool per key (``True`` = stored)."""
         space = self._require_ready()
         keys = validate_keys(keys)
@@ -300,7 +311,9 @@ class HiCacheStorage(ABC):
         return self.batch_exists_each([validate_key(key)])[0]
 
     # ------------------------------------------------------------ SGLang v0
-    def batch_get(self, keys: list[str], target_locations: Any = None, target_sizes: Any = None) -> list[torch.Tensor | None]:
+    def batch_get(
+        self, keys: list[str], target_locations: Any = None, target_sizes: Any = None
+    ) -> list[torch.Tensor | None]:
         """Read flat pages; each result is the filled target tensor, or ``None`` for a miss.
 
         ``target_locations`` (optional) are flat CPU tensors of one page each, filled in place;
@@ -327,7 +340,9 @@ class HiCacheStorage(ABC):
         targets = None if target_location is None else [target_location]
         return self.batch_get([validate_key(key)], targets)[0]
 
-    def batch_set(self, keys: list[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None) -> bool:
+    def batch_set(
+        self, keys: list[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None
+    ) -> bool:
         """Write flat pages (``values``: one flat CPU tensor per key); ``True`` only if all were stored."""
         return all(self.batch_set_each(keys, values))
 
@@ -360,7 +375,9 @@ class HiCacheStorage(ABC):
         if not keys:
             return []
         skeys = space.storage_keys(keys)
-        return self._timed("delete", keys, lambda: self._guarded("delete", lambda k, _p: self.delete_pages(k), skeys, None), 0)
+        return self._timed(
+            "delete", keys, lambda: self._guarded("delete", lambda k, _p: self.delete_pages(k), skeys, None), 0
+        )
 
     def clear(self) -> None:
         """Remove every page under this backend's configured location. Needs ``supports_clear``.

@@ -78,8 +78,7 @@ def page_hashes(
     for position, token in enumerate(tokens):
         if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= _UINT32_MAX:
             raise ValueError(
-                f"token_ids[{position}] = {token!r} is not a uint32 token id "
-                f"(expected an int in [0, {_UINT32_MAX}])"
+                f"token_ids[{position}] = {token!r} is not a uint32 token id (expected an int in [0, {_UINT32_MAX}])"
             )
     result: list[str] = []
     for start in range(0, len(tokens), page_size):

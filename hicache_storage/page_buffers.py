@@ -49,7 +49,9 @@ def pool_page_buffers(pool: Any, starts: Sequence[int]) -> list[PageBuffers]:
     for number in range(len(starts)):
         page: PageBuffers = []
         for ptr, size in zip(
-            ptrs[number * per_page : (number + 1) * per_page], sizes[number * per_page : (number + 1) * per_page], strict=True
+            ptrs[number * per_page : (number + 1) * per_page],
+            sizes[number * per_page : (number + 1) * per_page],
+            strict=True,
         ):
             page.append(memoryview((ctypes.c_ubyte * int(size)).from_address(int(ptr))).cast("B"))
         pages.append(page)
@@ -67,4 +69,4 @@ def tensor_page_buffer(tensor: Any, expected_bytes: int, what: str) -> PageBuffe
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes != expected_bytes:
         raise InvalidRequestError(f"{what} holds {nbytes} bytes; a page of this pool holds {expected_bytes}")
-    return [memoryview(tensor.view(-1).view(torch.uint8).numpy())]
+    return [memoryview(tensor.view(-1).view(torch.uint8).numpy().data)]

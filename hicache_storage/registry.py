@@ -71,7 +71,9 @@ def unregister_backend(name: str) -> None:
 
 
 def _entry_points(path: Sequence[str] | None) -> list[tuple[metadata.EntryPoint, str | None, str | None]]:
-    dists: Iterable[metadata.Distribution] = metadata.distributions(path=list(path)) if path is not None else metadata.distributions()
+    dists: Iterable[metadata.Distribution] = (
+        metadata.distributions(path=list(path)) if path is not None else metadata.distributions()
+    )
     found: list[tuple[metadata.EntryPoint, str | None, str | None]] = []
     seen: set[tuple[str, str, str | None]] = set()
     for dist in dists:
@@ -130,7 +132,9 @@ def resolve_backend(name: str, *, path: Sequence[str] | None = None) -> tuple[ty
     """Find and import the backend class for ``name`` (registered name, entry point or ``module:Class``)."""
     if name in _registered:
         target = _registered[name]
-        info = BackendInfo(name, target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}", "registered")
+        info = BackendInfo(
+            name, target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}", "registered"
+        )
         try:
             cls = _import_target(target) if isinstance(target, str) else target
         except Exception as exc:
@@ -186,7 +190,11 @@ def available_backends(*, path: Sequence[str] | None = None, load: bool = False)
     """
     infos: list[BackendInfo] = []
     for name, target in _registered.items():
-        infos.append(BackendInfo(name, target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}", "registered"))
+        infos.append(
+            BackendInfo(
+                name, target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}", "registered"
+            )
+        )
     entries = _entry_points(path)
     by_name: dict[str, list[tuple[metadata.EntryPoint, str | None, str | None]]] = {}
     for item in entries:

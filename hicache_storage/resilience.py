@@ -121,7 +121,11 @@ class CircuitBreaker:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {"state": self.state, "consecutive_faults": self.consecutive_faults, "times_opened": self.times_opened}
+            return {
+                "state": self.state,
+                "consecutive_faults": self.consecutive_faults,
+                "times_opened": self.times_opened,
+            }
 
 
 class ResiliencePolicy:

@@ -65,6 +65,14 @@ class StorageStats:
     def snapshot(self) -> dict[str, Any]:
         """Plain nested dict of every counter."""
         with self._lock:
-            ops = {name: {k: (int(v) if k != "seconds" else round(v, 6)) for k, v in row.items()} for name, row in self._ops.items()}
+            ops = {
+                name: {k: (int(v) if k != "seconds" else round(v, 6)) for k, v in row.items()}
+                for name, row in self._ops.items()
+            }
             extra = {k: (int(v) if float(v).is_integer() else v) for k, v in self._extra.items()}
-            return {"ops": ops, "counters": extra, "faults": int(sum(r["faults"] for r in self._ops.values())), "last_fault": self.last_fault}
+            return {
+                "ops": ops,
+                "counters": extra,
+                "faults": int(sum(r["faults"] for r in self._ops.values())),
+                "last_fault": self.last_fault,
+            }

@@ -10,7 +10,7 @@ cd "$ROOT"
 
 stamp_inputs() {
   cat scripts/setup.sh scripts/requirements-dev.txt scripts/services/requirements-services.txt 2>/dev/null
-  find . -name pyproject.toml -not -path './.venv/*' -not -path './examples/plugin-template/*{{*' | sort | xargs cat
+  find . -name pyproject.toml -not -path './.venv/*' -not -path './examples/plugin-template/template/*' | sort | xargs cat
 }
 want="$(stamp_inputs | sha256sum | cut -d' ' -f1)"
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.setup-stamp" 2>/dev/null)" = "$want" ]; then
