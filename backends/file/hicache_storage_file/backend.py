@@ -1,0 +1,209 @@
+"""The file backend: one checksummed page file per storage key, published atomically.
+
+Writes go to a unique temp file in the page's directory (``os.writev`` of the record header and the
+page segments straight from host memory), are optionally fsynced, and are renamed onto the final
+name, so a reader or ``exists`` sees either no page or a whole one, even with several processes
+writing the same key. Reads ``os.preadv`` straight into the page segments and verify the header,
+the file size and the XXH3-64 checksum; any mismatch is a miss counted as ``integrity_failures``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, InvalidRequestError
+from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_header, parse_header
+
+from .eviction import WriteOrderEviction
+from .layout import PageLayout
+from .options import FileOptions, resolve_root
+from .vectored_io import preadv_all, writev_all
+
+__all__ = ["FileBackend"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
+_READ_FLAGS = os.O_RDONLY | _CLOEXEC
+
+
+class FileBackend(HiCacheStorage):
+    """Pages as files below ``extra_config.path`` (see :class:`FileOptions`).
+
+    Directories are created with mode 0o700 and page files with 0o600. ``path_for(storage_key)``
+    gives the file of a page, for tools and tests that inspect or damage stored pages.
+    """
+
+    Options: ClassVar[type[Any]] = FileOptions
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        zero_copy=True,
+        persistent=True,
+        shared=True,
+        supports_delete=True,
+        supports_clear=True,
+        verifies_integrity=True,
+    )
+
+    def __init__(self, config: HiCacheStorageConfig) -> None:
+        super().__init__(config)
+        options: FileOptions = self.options
+        self.root = resolve_root(options)
+        self._layout = PageLayout(str(self.root), options.fanout_levels)
+        try:
+            self._layout.ensure_directory(str(self.root))
+        except OSError as error:
+            raise ConfigError("extra_config.path", f"cannot create directory {str(self.root)!r}: {error}") from None
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise ConfigError("extra_config.path", f"directory {str(self.root)!r} is not writable")
+        self._fsync = options.fsync
+        self._nonce = secrets.token_hex(4)
+        self._counter = itertools.count()
+        self._eviction: WriteOrderEviction | None = None
+        if options.max_bytes is not None:
+            self._eviction = WriteOrderEviction(options.max_bytes)
+            self._eviction.seed(self._existing_pages())
+            self.capabilities = replace(type(self).capabilities, may_evict=True)  # type: ignore[misc]
+
+    # ------------------------------------------------------------ helpers
+    def path_for(self, storage_key: str) -> Path:
+        """File that holds (or would hold) the page of ``storage_key``."""
+        return Path(self._layout.path_for(storage_key))
+
+    def _page_record_bytes(self) -> int:
+        if self.keyspace is None:
+            raise InvalidRequestError("register_mem_pool_host(pool) must be called before storage calls")
+        return HEADER_SIZE + self.keyspace.page_bytes
+
+    def _integrity_failure(self) -> bool:
+        self.stats.bump("integrity_failures")
+        return False
+
+    def _existing_pages(self) -> list[tuple[str, int, float]]:
+        found = []
+        for path, is_temp in self._layout.iter_owned_files():
+            if is_temp:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                info = os.stat(path)
+                found.append((path, info.st_size, info.st_mtime))
+        return found
+
+    # ------------------------------------------------------------ primitives
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+        directories: set[str] = set()
+        results = [self._write_one(key, page, directories) for key, page in zip(keys, pages, strict=True)]
+        if self._fsync:
+            for directory in directories:
+                _fsync_directory(directory)
+        if self._eviction is not None:
+            self._evict()
+        return results
+
+    def _write_one(self, key: str, page: list[memoryview], directories: set[str]) -> bool:
+        layout = self._layout
+        directory = layout.directory_for(key)
+        name = layout.file_name(key)
+        final = os.path.join(directory, name)
+        temp = os.path.join(directory, layout.temp_name(name, f"{os.getpid()}-{self._nonce}-{next(self._counter)}"))
+        header = encode_header(page)
+        try:
+            fd = os.open(temp, _WRITE_FLAGS, 0o600)
+        except FileNotFoundError:
+            layout.ensure_directory(directory)
+            fd = os.open(temp, _WRITE_FLAGS, 0o600)
+        try:
+            try:
+                size = writev_all(fd, [header, *page])
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        directories.add(directory)
+        if self._eviction is not None:
+            if size > self._eviction.max_bytes:
+                self._remove(final)
+                return False
+            self._eviction.record_write(final, size)
+        return True
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+        return [self._read_one(key, page) for key, page in zip(keys, pages, strict=True)]
+
+    def _read_one(self, key: str, page: list[memoryview]) -> bool:
+        try:
+            fd = os.open(self._layout.path_for(key), _READ_FLAGS)
+        except FileNotFoundError:
+            return False
+        header = bytearray(HEADER_SIZE)
+        probe = bytearray(1)  # filled only when the file is longer than a record
+        expected = sum(segment.nbytes for segment in page)
+        try:
+            count = preadv_all(fd, [header, *page, probe])
+        finally:
+            os.close(fd)
+        if count != HEADER_SIZE + expected:
+            return self._integrity_failure()
+        try:
+            _length, digest = parse_header(header, expected)
+        except PageRecordError:
+            return self._integrity_failure()
+        if checksum(page) != digest:
+            return self._integrity_failure()
+        return True
+
+    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+        want = self._page_record_bytes()
+        path_for = self._layout.path_for
+        results = []
+        for key in keys:
+            try:
+                results.append(os.stat(path_for(key)).st_size == want)
+            except FileNotFoundError:
+                results.append(False)
+        return results
+
+    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+        for key in keys:
+            self._remove(self._layout.path_for(key))
+        return [True] * len(keys)
+
+    def clear_pages(self) -> None:
+        for path, _is_temp in self._layout.iter_owned_files():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if self._eviction is not None:
+            self._eviction.reset()
+
+    # ------------------------------------------------------------ eviction
+    def _remove(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        if self._eviction is not None:
+            self._eviction.record_removal(path)
+
+    def _evict(self) -> None:
+        assert self._eviction is not None
+        for path in self._eviction.victims():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            self.stats.bump("evictions")
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a rename in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,53 @@
+"""Options of the file backend (``extra_config`` keys) and how the storage root is resolved."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_storage import ConfigError
+
+__all__ = ["MAX_FANOUT_LEVELS", "PATH_ENV", "FileOptions", "resolve_root"]
+
+#: Environment variable used when ``extra_config.path`` is not given.
+PATH_ENV = "HICACHE_FILE_PATH"
+#: Deepest supported directory fan-out (each level is two hex digits: 256 directories).
+MAX_FANOUT_LEVELS = 4
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """``path``: storage root (default: ``$HICACHE_FILE_PATH``); ``fanout_levels``: directory levels
+    of two hex digits between the root and a page file; ``fsync``: make every write durable before
+    it is acknowledged; ``max_bytes``: size limit of the page files this process knows of
+    (``None`` = no limit), enforced by evicting the least recently written pages."""
+
+    path: str | None = None
+    fanout_levels: int = 2
+    fsync: bool = False
+    max_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.path is not None and not self.path.strip():
+            raise ConfigError("extra_config.path", "must be a non-empty directory path")
+        if not 0 <= self.fanout_levels <= MAX_FANOUT_LEVELS:
+            raise ConfigError(
+                "extra_config.fanout_levels", f"must be in [0, {MAX_FANOUT_LEVELS}], got {self.fanout_levels}"
+            )
+        if self.max_bytes is not None and self.max_bytes <= 0:
+            raise ConfigError("extra_config.max_bytes", f"must be a positive number of bytes, got {self.max_bytes}")
+
+
+def resolve_root(options: FileOptions) -> Path:
+    """The storage root from ``options.path`` or ``$HICACHE_FILE_PATH``; :class:`ConfigError` if neither."""
+    raw = options.path if options.path is not None else os.environ.get(PATH_ENV, "")
+    if not raw.strip():
+        raise ConfigError(
+            "extra_config.path",
+            f"required: give a directory in extra_config.path or set the {PATH_ENV} environment variable",
+        )
+    root = Path(raw).expanduser()
+    if root.exists() and not root.is_dir():
+        raise ConfigError("extra_config.path", f"{str(root)!r} exists and is not a directory")
+    return root

@@ -1,0 +1,167 @@
+"""The sim backend: an in-memory store with SGLang's cost model, seeded faults and outages.
+
+Every primitive call is charged ``op_latency + bytes / bandwidth`` (bytes actually moved). By
+default nothing sleeps: the charge is added to the ``modelled_seconds`` counter (and
+``modelled_<op>_seconds``) and kept in :attr:`SimBackend.last_call_seconds`, so a caller with its
+own clock can advance it; with ``sleep: true`` the call really takes that long.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig
+from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
+
+from .cost import CostModel
+from .faults import FaultInjector
+from .options import SimOptions
+from .store import RawStore, SimStore, drop_store, open_store
+
+__all__ = ["SimBackend"]
+
+
+class SimBackend(HiCacheStorage):
+    """Simulated storage (see :class:`SimOptions`). Thread-safe.
+
+    Capabilities follow the options: ``persistent``/``shared`` with a named ``store``,
+    ``may_evict`` with ``capacity_bytes``, ``verifies_integrity`` unless ``keys_only``.
+    """
+
+    Options: ClassVar[type[Any]] = SimOptions
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        zero_copy=True,
+        supports_delete=True,
+        supports_clear=True,
+        verifies_integrity=True,
+    )
+
+    def __init__(self, config: HiCacheStorageConfig) -> None:
+        super().__init__(config)
+        options: SimOptions = self.options
+        self.cost = CostModel.from_options(options)
+        self._sleep = options.sleep
+        self._keys_only = options.keys_only
+        self._store: SimStore = open_store(options.store, options.capacity_bytes, options.keys_only)
+        self._faults = FaultInjector(
+            {"get": options.fail_get_rate, "set": options.fail_set_rate, "exists": options.fail_exists_rate},
+            options.fault_seed,
+        )
+        self._lock = threading.Lock()
+        #: Modelled seconds of the most recent primitive call (any thread).
+        self.last_call_seconds = 0.0
+        shared = bool(options.store)
+        self.capabilities = replace(  # type: ignore[misc]
+            type(self).capabilities,
+            persistent=shared,
+            shared=shared,
+            may_evict=options.capacity_bytes is not None,
+            verifies_integrity=not options.keys_only,
+        )
+
+    # ------------------------------------------------------------ side channels
+    def raw_store(self) -> RawStore:
+        """Mapping of storage key → stored record (header + payload) for inspecting or damaging pages."""
+        return RawStore(self._store)
+
+    def set_available(self, available: bool) -> None:
+        """Simulate the store going away (``False``: every primitive raises BackendFault) or coming back.
+
+        Applies to the store, so every instance sharing a named store sees the outage.
+        """
+        self._store.available = bool(available)
+
+    @property
+    def used_bytes(self) -> int:
+        """Payload bytes in the store (what ``capacity_bytes`` limits)."""
+        return self._store.used_bytes
+
+    @staticmethod
+    def drop_store(name: str) -> None:
+        """Forget the process-wide store called ``name``."""
+        drop_store(name)
+
+    # ------------------------------------------------------------ cost and faults
+    def _charge(self, op: str, nbytes: int) -> None:
+        seconds = self.cost.seconds(op, nbytes)
+        with self._lock:
+            self.last_call_seconds = seconds
+        self.stats.bump("modelled_seconds", seconds)
+        self.stats.bump(f"modelled_{op}_seconds", seconds)
+        if self._sleep:
+            time.sleep(seconds)
+
+    def _enter(self, op: str) -> None:
+        """Fail the call the way a real backend would, charging its latency."""
+        try:
+            if not self._store.available:
+                raise BackendFault(f"sim store {self._store.name or '(private)'} is unavailable")
+            self._faults.check(op)
+        except BackendFault:
+            self._charge(op, 0)
+            raise
+
+    # ------------------------------------------------------------ primitives
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+        self._enter("set")
+        results = []
+        moved = evicted = 0
+        for key, page in zip(keys, pages, strict=True):
+            size = sum(segment.nbytes for segment in page)
+            record = b"" if self._keys_only else encode_record(page)
+            stored, dropped = self._store.put(key, record, size)
+            evicted += dropped
+            moved += size if stored else 0
+            results.append(stored)
+        if evicted:
+            self.stats.bump("evictions", evicted)
+        self._charge("set", moved)
+        return results
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+        self._enter("get")
+        results = []
+        moved = 0
+        for key, page in zip(keys, pages, strict=True):
+            record = self._store.get(key)
+            if record is None:
+                hit = False
+            elif self._keys_only:
+                for segment in page:
+                    segment[:] = bytes(segment.nbytes)
+                hit = True
+            else:
+                hit = decode_into(record, page)
+                if not hit:
+                    self.stats.bump("integrity_failures")
+            if hit:
+                moved += sum(segment.nbytes for segment in page)
+            results.append(hit)
+        self._charge("get", moved)
+        return results
+
+    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+        self._enter("exists")
+        want = None if self._keys_only or self.keyspace is None else HEADER_SIZE + self.keyspace.page_bytes
+        results = []
+        for key in keys:
+            record = self._store.peek(key)
+            results.append(record is not None and (want is None or len(record) == want))
+        self._charge("exists", 0)
+        return results
+
+    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+        self._enter("delete")
+        for key in keys:
+            self._store.delete(key)
+        self._charge("delete", 0)
+        return [True] * len(keys)
+
+    def clear_pages(self) -> None:
+        self._enter("clear")
+        self._store.clear()
+        self._charge("clear", 0)

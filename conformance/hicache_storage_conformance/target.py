@@ -1,0 +1,168 @@
+"""The backend under test: its class, how it is reached (SDK or SGLang surface) and what it declares."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from hicache_storage import BackendLoadError, Capabilities, ConfigError, HiCacheStorage
+from hicache_storage.registry import BackendInfo, resolve_backend
+
+__all__ = ["SGLANG_REQUIRED", "Target", "parse_capability_overrides", "resolve_target"]
+
+#: Methods a class must define to be tested through SGLang's surface.
+SGLANG_REQUIRED = ("get", "batch_get", "set", "batch_set", "exists")
+
+
+@dataclass
+class Target:
+    """A resolved backend.
+
+    ``sdk`` is ``True`` when the class subclasses :class:`HiCacheStorage` and is tested through the
+    SDK surface; ``False`` for a class tested only through SGLang's surface (the "SGLang tier").
+    ``capabilities`` are the declared ones with ``overrides`` applied; tests gate on them.
+    """
+
+    name: str
+    cls: type[Any]
+    sdk: bool
+    declared: Capabilities
+    overrides: dict[str, Any] = field(default_factory=dict)
+    info: BackendInfo | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Declared capabilities with the overrides applied."""
+        return self.declared.with_overrides(self.overrides)
+
+    @property
+    def tier(self) -> str:
+        """``"sdk"`` or ``"sglang"``."""
+        return "sdk" if self.sdk else "sglang"
+
+    @property
+    def has_v1(self) -> bool:
+        """Whether the zero-copy v1 calls are available."""
+        return all(callable(getattr(self.cls, name, None)) for name in ("batch_get_v1", "batch_set_v1"))
+
+    def construct(self, config: Any) -> Any:
+        """Build an instance: ``cls(config)`` for SDK classes; SGLang's ``cls(config, extra_config)`` otherwise."""
+        if self.sdk:
+            return self.cls(config)
+        params = [
+            p
+            for p in inspect.signature(self.cls).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        ]
+        if len(params) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
+            return self.cls(config, dict(config.extra_config or {}))
+        if len(params) == 1:
+            return self.cls(config)
+        return self.cls()
+
+    def describe(self) -> dict[str, Any]:
+        """Header facts for reports."""
+        info = self.info
+        return {
+            "backend": self.name,
+            "class": f"{self.cls.__module__}:{self.cls.__qualname__}",
+            "entry_point": info.target if info and info.source == "entry point" else None,
+            "distribution": info.distribution if info else None,
+            "version": info.version if info else None,
+            "api_version": str(getattr(self.cls, "api_version", "n/a (SGLang surface)")),
+            "tier": self.tier,
+            "capabilities": self.declared.as_dict(),
+            "capability_overrides": dict(self.overrides),
+        }
+
+
+def parse_capability_overrides(items: list[str]) -> dict[str, Any]:
+    """``["persistent=true", "max_batch_size=16"]`` → dict; raises :class:`ConfigError` on bad items."""
+    names = set(Capabilities().as_dict())
+    result: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError("--capability-override", f"expected NAME=VALUE, got {item!r}")
+        if name not in names:
+            raise ConfigError(f"--capability-override {name}", f"unknown capability; expected one of {sorted(names)}")
+        value = raw.strip().lower()
+        if value in ("true", "yes", "1", "on") and name not in ("max_batch_size", "max_page_bytes"):
+            result[name] = True
+        elif value in ("false", "no", "0", "off") and name not in ("max_batch_size", "max_page_bytes"):
+            result[name] = False
+        elif name in ("max_batch_size", "max_page_bytes"):
+            if value in ("none", "null") and name == "max_page_bytes":
+                result[name] = None
+                continue
+            try:
+                result[name] = int(value)
+            except ValueError:
+                raise ConfigError(f"--capability-override {name}", f"expected an integer, got {raw!r}") from None
+            if result[name] < 1:
+                raise ConfigError(f"--capability-override {name}", f"must be >= 1, got {raw!r}")
+        else:
+            raise ConfigError(f"--capability-override {name}", f"expected true or false, got {raw!r}")
+    return result
+
+
+def _import_class(path: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise BackendLoadError(f"{path!r} is not a 'module:Class' path")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        raise BackendLoadError(f"cannot import backend class {path!r}: {type(exc).__name__}: {exc}") from exc
+    return obj
+
+
+def _sglang_target(name: str, cls: Any, overrides: dict[str, Any], info: BackendInfo | None) -> Target:
+    if not isinstance(cls, type):
+        raise BackendLoadError(f"{name!r} is {cls!r}, not a class")
+    missing = [m for m in SGLANG_REQUIRED if not callable(getattr(cls, m, None))]
+    if missing:
+        raise BackendLoadError(
+            f"{name!r} ({cls.__module__}:{cls.__qualname__}) is neither a hicache_storage.HiCacheStorage subclass "
+            f"nor a class with SGLang's storage surface: it lacks {', '.join(missing)}"
+        )
+    declared = getattr(cls, "capabilities", None)
+    if not isinstance(declared, Capabilities):
+        declared = Capabilities()
+    return Target(name, cls, False, declared, overrides, info)
+
+
+def resolve_target(
+    backend: str | type[Any],
+    *,
+    sglang: bool | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Target:
+    """Resolve ``backend`` (entry-point name, ``module:Class`` or a class).
+
+    ``sglang=None`` picks the tier from the class (SGLang surface when it does not subclass
+    :class:`HiCacheStorage`); ``True`` forces the SGLang surface. Raises :class:`BackendLoadError`
+    with the registry's message when the backend cannot be found or loaded.
+    """
+    overrides = dict(overrides or {})
+    Capabilities().with_overrides(overrides)  # unknown names fail early with ConfigError
+    if isinstance(backend, type):
+        name = f"{backend.__module__}:{backend.__qualname__}"
+        if issubclass(backend, HiCacheStorage) and not sglang:
+            return Target(name, backend, True, backend.capabilities, overrides)
+        return _sglang_target(name, backend, overrides, None)
+    if not isinstance(backend, str) or not backend:
+        raise BackendLoadError(f"backend must be an entry-point name, 'module:Class' or a class, got {backend!r}")
+    if ":" in backend:
+        cls = _import_class(backend)
+        if not (isinstance(cls, type) and issubclass(cls, HiCacheStorage)):
+            return _sglang_target(backend, cls, overrides, BackendInfo(backend, backend, "import path"))
+    cls, info = resolve_backend(backend)
+    if sglang:
+        return _sglang_target(backend, cls, overrides, info)
+    return Target(backend, cls, True, cls.capabilities, overrides, info)

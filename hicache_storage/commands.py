@@ -1,0 +1,237 @@
+"""Sub-commands of ``hicache-storage``: backends, demo, conformance, new-backend, bench, replay."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__
+from .errors import BackendLoadError, ConfigError
+from .interface import API_VERSION
+
+__all__ = ["build_parser", "parse_json_option", "run"]
+
+
+def parse_json_option(value: str | None, option: str = "--config") -> dict[str, Any]:
+    """Parse a ``--config`` value: inline JSON or ``@file``; must be a JSON object."""
+    if value is None:
+        return {}
+    text = value
+    if value.startswith("@"):
+        try:
+            text = Path(value[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(option, f"cannot read {value[1:]!r}: {exc.strerror}") from None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(option, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(parsed, dict):
+        raise ConfigError(option, f"expected a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+def _cmd_backends(args: argparse.Namespace, console: Console) -> int:
+    from .registry import available_backends
+
+    infos = available_backends(load=True)
+    if args.json:
+        rows = [
+            {
+                "name": i.name,
+                "target": i.target,
+                "source": i.source,
+                "distribution": i.distribution,
+                "version": i.version,
+                "api_version": i.api_version,
+                "capabilities": i.capabilities,
+                "error": i.error,
+            }
+            for i in infos
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title=f"hicache-storage {__version__} backends (API {API_VERSION})")
+    for column in ("name", "distribution", "version", "api", "capabilities", "status"):
+        table.add_column(column)
+    for info in infos:
+        caps = ", ".join(k for k, v in info.capabilities.items() if v is True)
+        status = "[green]ok[/]" if info.ok else f"[red]error:[/] {info.error}"
+        table.add_row(info.name, info.distribution or info.source, info.version or "", info.api_version or "", caps, status)
+    console.print(table)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from .demo import cleanup, default_demo_backends, run_demo
+
+    if args.backend:
+        plans = [(args.backend, parse_json_option(args.config))]
+        owned = None
+    else:
+        plans, owned = default_demo_backends(args.path)
+    results = []
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=args.json is not None and not console.is_terminal,
+        ) as progress:
+            for name, extra in plans:
+                task = progress.add_task(f"{name}: write + read back", total=2 * args.pages)
+                results.append(
+                    run_demo(
+                        name,
+                        extra,
+                        pages=args.pages,
+                        batch=args.batch,
+                        progress=lambda n, task=task: progress.advance(task, n),
+                    )
+                )
+    finally:
+        cleanup(owned)
+    table = Table(title="hicache-storage demo: host pool -> storage -> host pool, every byte verified")
+    for column in ("backend", "pages", "bytes", "write GB/s", "read GB/s", "stored", "read back", "byte-exact", "result"):
+        table.add_column(column, justify="right")
+    for r in results:
+        total = r.pages * r.page_bytes
+        table.add_row(
+            r.backend,
+            str(r.pages),
+            f"{total / 2**20:.0f} MiB",
+            f"{total / r.write_seconds / 1e9:.2f}",
+            f"{total / r.read_seconds / 1e9:.2f}",
+            str(r.stored),
+            str(r.read_back),
+            str(r.exact),
+            "[green]PASS[/]" if r.ok else "[red]FAIL[/]",
+        )
+    console.print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.as_dict() for r in results], indent=2), encoding="utf-8")
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _cmd_conformance(args: argparse.Namespace, console: Console) -> int:
+    try:
+        from hicache_storage_conformance.cli import main as conformance_main
+    except ImportError:
+        console.print("[red]The conformance suite is not installed:[/] pip install hicache-storage-conformance")
+        return 2
+    result: int = conformance_main(list(args.rest))
+    return result
+
+
+def _cmd_new_backend(args: argparse.Namespace, console: Console) -> int:
+    from .scaffold import create_backend_package
+
+    target = create_backend_package(args.name, Path(args.dir))
+    console.print(f"created {target}")
+    console.print(f"next: pip install -e {target} && hicache-storage conformance {args.name}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    from .bench import main as bench_main
+
+    result: int = bench_main(args, console)
+    return result
+
+
+def _cmd_replay(args: argparse.Namespace, console: Console) -> int:
+    from .replay.cli import main as replay_main
+
+    result: int = replay_main(args, console)
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``hicache-storage``."""
+    parser = argparse.ArgumentParser(prog="hicache-storage", description="Storage tier (L3) SDK for KV caches.")
+    parser.add_argument("--version", action="version", version=f"hicache-storage {__version__} (API {API_VERSION})")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    backends = sub.add_parser("backends", help="list installed backends, their capabilities and load status")
+    backends.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    backends.set_defaults(handler=_cmd_backends)
+
+    demo = sub.add_parser("demo", help="write and read back pages through the host pool, verifying every byte")
+    demo.add_argument("--backend", help="one backend to use (default: file in a temp dir, then sim)")
+    demo.add_argument("--config", help="backend options as JSON or @file (with --backend)")
+    demo.add_argument("--path", help="directory for the file backend (default: a temporary directory)")
+    demo.add_argument("--pages", type=_positive_int, default=2048, help="pages per backend (default 2048)")
+    demo.add_argument("--batch", type=_positive_int, default=128, help="pages per batch call (default 128)")
+    demo.add_argument("--json", help="also write the results to this JSON file")
+    demo.set_defaults(handler=_cmd_demo)
+
+    conformance = sub.add_parser(
+        "conformance",
+        help="run the conformance suite against a backend",
+        description="Run the conformance suite; all arguments are passed to it (see --help there).",
+        add_help=False,
+    )
+    conformance.add_argument("rest", nargs=argparse.REMAINDER)
+    conformance.set_defaults(handler=_cmd_conformance)
+
+    new = sub.add_parser("new-backend", help="create a new backend plugin package from the template")
+    new.add_argument("name", help="backend name (lowercase letters, digits, underscores)")
+    new.add_argument("--dir", default=".", help="parent directory of the new package (default: .)")
+    new.set_defaults(handler=_cmd_new_backend)
+
+    _add_optional(sub, "bench", "hicache_storage.bench", _cmd_bench)
+    _add_optional(sub, "replay", "hicache_storage.replay.cli", _cmd_replay)
+    return parser
+
+
+def _add_optional(sub: Any, name: str, module: str, handler: Callable[[argparse.Namespace, Console], int]) -> None:
+    """Add a sub-command whose module declares its own arguments via ``add_arguments(parser)``."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return
+    parser = sub.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0] if mod.__doc__ else None)
+    mod.add_arguments(parser)
+    parser.set_defaults(handler=handler)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def run(argv: Sequence[str]) -> int:
+    """Parse ``argv`` and run the sub-command; errors print one clear line and return 2."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    console = Console()
+    handler: Callable[[argparse.Namespace, Console], int] = args.handler
+    try:
+        return handler(args, console)
+    except (ConfigError, BackendLoadError, ValueError) as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run(sys.argv[1:]))

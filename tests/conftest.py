@@ -1,0 +1,20 @@
+"""Fixtures for the core tests."""
+
+from __future__ import annotations
+
+import pytest
+from core_support import MemoryBackend, make_pool
+
+from hicache_storage import HostKVPool, make_config
+
+
+@pytest.fixture
+def pool() -> HostKVPool:
+    return make_pool()
+
+
+@pytest.fixture
+def backend(pool: HostKVPool) -> MemoryBackend:
+    b = MemoryBackend(make_config("m", extra_config={"resilience": False}))
+    b.register_mem_pool_host(pool)
+    return b

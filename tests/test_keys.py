@@ -1,0 +1,106 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from hicache_storage.errors import InvalidKeyError
+from hicache_storage.keys import KeySpace, namespace_root, page_hashes, validate_key
+
+VECTORS = json.loads((Path(__file__).resolve().parents[2] / "shared" / "spec" / "page_hash_vectors.json").read_text())
+
+
+@pytest.mark.parametrize("case", VECTORS["cases"], ids=[c["name"] for c in VECTORS["cases"]])
+def test_page_hashes_match_sglang_vectors(case):
+    assert page_hashes(case["tokens"], case["page_size"], case["prior_hash"]) == case["page_hashes"]
+
+
+def test_chain_continues_from_prior():
+    whole = page_hashes(list(range(16)), 4)
+    assert page_hashes(list(range(8, 16)), 4, prior_hash=whole[1]) == whole[2:]
+
+
+@pytest.mark.parametrize("bad", [-1, 2**32, 1.5, True, "3"])
+def test_tokens_outside_uint32_are_rejected(bad):
+    with pytest.raises(ValueError, match=r"token_ids\[1\]"):
+        page_hashes([1, bad], 2)
+
+
+def test_bad_page_size_and_prior():
+    with pytest.raises(ValueError, match="page_size"):
+        page_hashes([1], 0)
+    with pytest.raises(ValueError, match="prior_hash"):
+        page_hashes([1], 1, prior_hash="xyz")
+
+
+def test_namespace_seeds_the_chain_and_none_keeps_plain_chain():
+    plain = page_hashes([1, 2, 3, 4], 2)
+    tenant_a = page_hashes([1, 2, 3, 4], 2, namespace="tenant-a")
+    tenant_b = page_hashes([1, 2, 3, 4], 2, namespace="tenant-b")
+    assert len({plain[0], tenant_a[0], tenant_b[0]}) == 3
+    assert page_hashes([1, 2, 3, 4], 2, namespace="tenant-a") == tenant_a
+    # continuing a namespaced chain with its prior gives the same pages
+    assert page_hashes([3, 4], 2, prior_hash=tenant_a[0]) == tenant_a[1:]
+    with pytest.raises(ValueError, match="not both"):
+        page_hashes([1], 1, prior_hash=plain[0], namespace="x")
+
+
+def test_namespace_encoding_is_framed():
+    # "ab" + "c" must not collide with "a" + "bc" style concatenations
+    assert namespace_root("ab") != namespace_root("a")
+    assert namespace_root("a\x00") != namespace_root("a")
+    with pytest.raises(ValueError):
+        namespace_root("")
+
+
+@pytest.mark.parametrize("key", ["", "a/b", "../x", ".hidden", "a b", "k\n", "a*", "x" * 257, "é"])
+def test_unsafe_keys_rejected(key):
+    with pytest.raises(InvalidKeyError):
+        validate_key(key)
+
+
+def test_non_string_key_rejected():
+    with pytest.raises(InvalidKeyError, match="must be a str"):
+        validate_key(b"abc")
+
+
+BASE = dict(model_name="m", dtype="bfloat16", layout="page_first", page_size=64, page_bytes=1 << 19, is_mla=False)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model_name": "m2"},
+        {"model_revision": "r2"},
+        {"namespace": "tenant"},
+        {"dtype": "float16"},
+        {"layout": "layer_first"},
+        {"page_size": 32},
+        {"page_bytes": 1 << 18},
+        {"is_mla": True},
+        {"tp_rank": 1},
+        {"tp_size": 2},
+        {"pp_rank": 1},
+        {"pp_size": 2},
+        {"cp_rank": 1},
+        {"cp_size": 2},
+        {"format_version": 2},
+    ],
+)
+def test_any_change_gives_disjoint_keys(change):
+    a = KeySpace(**BASE)
+    b = KeySpace(**{**BASE, **change})
+    assert a.storage_key("abc") != b.storage_key("abc")
+
+
+def test_mla_ranks_share_keys():
+    a = KeySpace(**{**BASE, "is_mla": True}, tp_rank=0, tp_size=4)
+    b = KeySpace(**{**BASE, "is_mla": True}, tp_rank=3, tp_size=4)
+    assert a.storage_key("abc") == b.storage_key("abc")
+
+
+def test_storage_keys_are_safe_characters():
+    import re
+
+    key = KeySpace(**{**BASE, "model_name": "org/model:v1"}, namespace="Tenant With Spaces/../x").storage_key("a" * 64)
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", key)
+    assert "/" not in key and ".." not in key
