@@ -35,6 +35,11 @@ class HiCacheStorageConfig:
     dcp_rank: int = 0
     logical_page_size: int | None = None
 
+    @property
+    def is_storage_writer(self) -> bool:
+        """Whether this rank writes pages (SGLang's rule: every rank, or for MLA the first of each group)."""
+        return not self.is_mla_model or self.tp_rank == self.dcp_rank
+
 
 @dataclass
 class HiCacheStorageExtraInfo:

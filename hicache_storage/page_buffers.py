@@ -54,8 +54,24 @@ def pool_page_buffers(pool: Any, starts: Sequence[int]) -> list[PageBuffers]:
             strict=True,
         ):
             page.append(memoryview((ctypes.c_ubyte * int(size)).from_address(int(ptr))).cast("B"))
-        pages.append(page)
+        pages.append(_flat_page_order(pool, page))
     return pages
+
+
+def _flat_page_order(pool: Any, page: PageBuffers) -> PageBuffers:
+    """Put a foreign pool's segments in the byte order of its flat page (``get_data_page``).
+
+    SGLang's MHA ``layer_first`` pool lists a page's segments per layer as K0, V0, K1, V1, ...,
+    while its flat page (and our :class:`~hicache_storage.host_pool.HostKVPool`) is all K layers
+    then all V layers. Reordering keeps v0 and v1 writes, and both pools, byte-compatible.
+    """
+    is_mla = getattr(pool, "is_mla", None)
+    if is_mla is None:
+        is_mla = "MLA" in type(pool).__name__
+    layers = getattr(pool, "layer_num", None)
+    if getattr(pool, "layout", None) == "layer_first" and not is_mla and layers and len(page) == 2 * int(layers):
+        return page[0::2] + page[1::2]
+    return page
 
 
 def tensor_page_buffer(tensor: Any, expected_bytes: int, what: str) -> PageBuffers:

@@ -7,6 +7,7 @@ test: ``delete`` of every key the harness handed out where supported, else ``cle
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,12 +15,13 @@ from typing import Any
 
 import pytest
 import torch
+
 from hicache_storage import Capabilities, HiCacheStorageConfig, HostKVPool, make_config
 
 from .pages import PoolSpec, host_indices, make_pool, page_content, read_slot, tensor_bytes, tensor_of, write_slot
 from .target import Target
 
-__all__ = ["Handle", "Harness", "expect_bools"]
+__all__ = ["Handle", "Harness", "expect_bools", "substitute_tmp"]
 
 #: Byte pattern written into slots before a read, to see which slots a backend touched.
 SENTINEL = 0xA5
@@ -35,13 +37,14 @@ def expect_bools(result: object, count: int, call: str) -> list[bool]:
     return result
 
 
-def _substitute(value: Any, tmp: str) -> Any:
+def substitute_tmp(value: Any, tmp: str) -> Any:
+    """``value`` with ``{tmp}`` in every string replaced by ``tmp``."""
     if isinstance(value, str):
         return value.replace("{tmp}", tmp)
     if isinstance(value, dict):
-        return {k: _substitute(v, tmp) for k, v in value.items()}
+        return {k: substitute_tmp(v, tmp) for k, v in value.items()}
     if isinstance(value, list):
-        return [_substitute(v, tmp) for v in value]
+        return [substitute_tmp(v, tmp) for v in value]
     return value
 
 
@@ -66,13 +69,22 @@ class Handle:
         """The page the suite writes for (``key``, ``version``) in this pool."""
         return page_content(key, version, self.page_bytes)
 
+    def same(self, got: Sequence[bytes | None], expected: Sequence[bytes | None]) -> bool:
+        """Whether ``got`` equals ``expected`` page by page; a miss is accepted for a hit when ``may_evict``."""
+        if len(got) != len(expected):
+            return False
+        evict = self.harness.caps.may_evict
+        return all(g == e or (g is None and evict) for g, e in zip(got, expected))
+
     def storage_key(self, key: str) -> str:
         """The key the backend stores ``key`` under (the bare key for SGLang-surface classes)."""
         space = getattr(self.backend, "keyspace", None)
         return str(space.storage_key(key)) if self.harness.sdk and space is not None else key
 
     # ----------------------------------------------------------- v1
-    def set_v1(self, keys: Sequence[str], versions: int | Sequence[int] = 0, slots: Sequence[int] | None = None) -> list[bool]:
+    def set_v1(
+        self, keys: Sequence[str], versions: int | Sequence[int] = 0, slots: Sequence[int] | None = None
+    ) -> list[bool]:
         """Stage each key's page in a host slot and ``batch_set_v1`` them."""
         keys = list(keys)
         slots = list(range(len(keys))) if slots is None else list(slots)
@@ -89,7 +101,9 @@ class Handle:
         fill = bytes([SENTINEL]) * self.page_bytes
         for slot in slots:
             write_slot(self.pool, slot, fill)
-        result = expect_bools(self.backend.batch_get_v1(keys, host_indices(self.pool, slots)), len(keys), "batch_get_v1")
+        result = expect_bools(
+            self.backend.batch_get_v1(keys, host_indices(self.pool, slots)), len(keys), "batch_get_v1"
+        )
         return [read_slot(self.pool, slot) if hit else None for hit, slot in zip(result, slots)]
 
     # ----------------------------------------------------------- v0
@@ -175,14 +189,20 @@ class Harness:
         self.target = target
         self.hooks = hooks
         self.tmp_path = tmp_path
-        self.options = _substitute(dict(options), str(tmp_path))
-        token = secrets.token_hex(6)
-        self.namespace = f"conformance-{token}"
-        self.model = f"conformance-model-{token}"
+        self.options = substitute_tmp(dict(options), str(tmp_path))
+        self.namespace = ""
+        self.model = ""
+        self.renew_identity()
         self.handles: list[Handle] = []
         self.issued_keys: list[str] = []
         self.stopped: list[Handle] = []
         self._caps: Capabilities | None = None
+
+    def renew_identity(self) -> None:
+        """Draw a fresh random namespace and model name (instances opened later see none of the earlier pages)."""
+        token = secrets.token_hex(6)
+        self.namespace = f"conformance-{token}"
+        self.model = f"conformance-model-{token}"
 
     @property
     def sdk(self) -> bool:
@@ -290,7 +310,5 @@ class Harness:
 def _close_quietly(backend: Any) -> None:
     close = getattr(backend, "close", None)
     if callable(close):
-        try:
+        with contextlib.suppress(Exception):
             close()
-        except Exception:
-            pass

@@ -16,6 +16,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 import xxhash
+
 from hicache_storage import HostKVPool
 
 __all__ = [

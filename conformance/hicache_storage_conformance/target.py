@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 from hicache_storage import BackendLoadError, Capabilities, ConfigError, HiCacheStorage
@@ -62,20 +63,48 @@ class Target:
             return self.cls(config)
         return self.cls()
 
-    def describe(self) -> dict[str, Any]:
-        """Header facts for reports."""
+    def probe(self, options: dict[str, Any]) -> Capabilities:
+        """Capabilities of an instance built with ``options`` (they may depend on options); declared on failure."""
+        from hicache_storage import make_config
+
+        try:
+            backend = self.construct(make_config("conformance-probe", extra_config=options))
+        except Exception:
+            return self.declared
+        try:
+            caps = getattr(backend, "capabilities", None)
+            return caps if isinstance(caps, Capabilities) else self.declared
+        finally:
+            close = getattr(backend, "close", None)
+            if callable(close):
+                close()
+
+    def describe(self, capabilities: Capabilities | None = None) -> dict[str, Any]:
+        """Header facts for reports (``capabilities``: effective ones if probed)."""
         info = self.info
+        distribution, version = (info.distribution, info.version) if info else (None, None)
+        if distribution is None:
+            distribution, version = _distribution_of(self.cls.__module__)
         return {
             "backend": self.name,
             "class": f"{self.cls.__module__}:{self.cls.__qualname__}",
             "entry_point": info.target if info and info.source == "entry point" else None,
-            "distribution": info.distribution if info else None,
-            "version": info.version if info else None,
+            "distribution": distribution,
+            "version": version,
             "api_version": str(getattr(self.cls, "api_version", "n/a (SGLang surface)")),
             "tier": self.tier,
-            "capabilities": self.declared.as_dict(),
+            "capabilities": (capabilities or self.declared).as_dict(),
             "capability_overrides": dict(self.overrides),
         }
+
+
+def _distribution_of(module: str) -> tuple[str | None, str | None]:
+    top = module.partition(".")[0]
+    try:
+        names = metadata.packages_distributions().get(top) or []
+        return (names[0], metadata.version(names[0])) if names else (None, None)
+    except Exception:
+        return None, None
 
 
 def parse_capability_overrides(items: list[str]) -> dict[str, Any]:

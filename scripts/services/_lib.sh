@@ -11,13 +11,17 @@ HC_ALL_SERVICES="redis redis-cluster s3 mooncake"
 hc_log() { printf '[services] %s\n' "$*" >&2; }
 hc_die() { printf '[services] ERROR: %s\n' "$*" >&2; exit 1; }
 
-# Path of an executable: the venv's first, then $PATH.
+# Path of an executable. The pip-installed servers come only from $HICACHE_VENV (a same-named
+# command elsewhere on $PATH, e.g. a pyenv shim, may be another version or broken); the rest
+# (redis-server, redis-cli) from $PATH.
 hc_bin() {
-    if [ -x "$HICACHE_VENV/bin/$1" ]; then
-        printf '%s\n' "$HICACHE_VENV/bin/$1"
-    else
-        command -v "$1" 2>/dev/null || return 1
-    fi
+    case "$1" in
+        moto_server | mooncake_master | mooncake_client)
+            [ -x "$HICACHE_VENV/bin/$1" ] || return 1
+            printf '%s\n' "$HICACHE_VENV/bin/$1"
+            ;;
+        *) command -v "$1" 2>/dev/null || return 1 ;;
+    esac
 }
 
 hc_python() {
@@ -57,7 +61,15 @@ hc_spawn() {
     shift 2
     rm -f "$pidfile"
     # The inner shell writes its own pid and then execs CMD, so the pid is CMD's.
-    setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$@" </dev/null >>"$logfile" 2>&1 &
+    # The daemon keeps no other inherited descriptor: not the state-dir lock (fd 9, see hc_lock),
+    # and no pipe of whoever ran us, or that caller would wait for the daemon's exit.
+    setsid bash -c '
+        for fd in /proc/$$/fd/*; do
+            fd=${fd##*/}
+            if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec $fd>&-" 2>/dev/null; fi
+        done
+        echo $$ >"$0"
+        exec "$@"' "$pidfile" "$@" </dev/null >>"$logfile" 2>&1 9>&- &
     local i
     for i in $(seq 1 50); do
         [ -s "$pidfile" ] && return 0
@@ -137,25 +149,30 @@ hc_lock() {
     fi
 }
 
-# Expand service names: no names = all; redis-cluster-N names a single cluster node.
+# Expand service names (no names = all) into units, one per line, in start order.
+# Units: redis, redis-cluster-1..N, s3, mooncake-master, mooncake-segment.
 hc_expand_names() {
-    local n
+    local n i count
+    count=$(set -- $HICACHE_TEST_REDIS_CLUSTER_PORTS; echo $#)
     if [ $# -eq 0 ]; then
         set -- $HC_ALL_SERVICES
     fi
     for n in "$@"; do
         case "$n" in
-            all) printf '%s\n' $HC_ALL_SERVICES ;;
-            redis | redis-cluster | s3 | mooncake) printf '%s\n' "$n" ;;
-            redis-cluster-[0-9]*)
-                local idx=${n#redis-cluster-}
-                local count
-                count=$(set -- $HICACHE_TEST_REDIS_CLUSTER_PORTS; echo $#)
-                [ "$idx" -ge 1 ] && [ "$idx" -le "$count" ] ||
+            all) hc_expand_names $HC_ALL_SERVICES ;;
+            redis | s3 | mooncake-master | mooncake-segment) printf '%s\n' "$n" ;;
+            redis-cluster) for i in $(seq 1 "$count"); do printf 'redis-cluster-%s\n' "$i"; done ;;
+            mooncake)
+                printf 'mooncake-master\n'
+                [ "$HICACHE_TEST_MOONCAKE_SEGMENT_SIZE" = 0 ] || printf 'mooncake-segment\n'
+                ;;
+            redis-cluster-[0-9] | redis-cluster-[0-9][0-9])
+                i=${n#redis-cluster-}
+                [ "$i" -ge 1 ] && [ "$i" -le "$count" ] ||
                     hc_die "unknown cluster node '$n' (have redis-cluster-1..redis-cluster-$count)"
                 printf '%s\n' "$n"
                 ;;
-            *) hc_die "unknown service '$n' (known: $HC_ALL_SERVICES, redis-cluster-N)" ;;
+            *) hc_die "unknown service '$n' (known: $HC_ALL_SERVICES; single units: redis-cluster-1..$count, mooncake-master, mooncake-segment)" ;;
         esac
     done
 }

@@ -1,10 +1,14 @@
 """The file backend: one checksummed page file per storage key, published atomically.
 
-Writes go to a unique temp file in the page's directory (``os.writev`` of the record header and the
-page segments straight from host memory), are optionally fsynced, and are renamed onto the final
-name, so a reader or ``exists`` sees either no page or a whole one, even with several processes
-writing the same key. Reads ``os.preadv`` straight into the page segments and verify the header,
-the file size and the XXH3-64 checksum; any mismatch is a miss counted as ``integrity_failures``.
+A page file is the payload followed by the 24-byte :mod:`hicache_storage.page_format` header as a
+trailer (magic, version, payload length, XXH3-64), so the payload starts at file offset 0: the
+kernel copies page-cache pages to host memory at the same alignment as a plain file would.
+
+Writes go to a unique temp file in the page's directory (``os.writev`` of the page segments straight
+from host memory, then the trailer), are optionally fsynced, and are renamed onto the final name, so
+a reader or ``exists`` sees either no page or a whole one, even with several processes writing the
+same key. Reads ``os.preadv`` straight into the page segments and verify the file size, the trailer
+and the checksum; any mismatch is a miss counted as ``integrity_failures``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, 
 from .eviction import WriteOrderEviction
 from .layout import PageLayout
 from .options import FileOptions, resolve_root
+from .parallel import map_pages
 from .vectored_io import preadv_all, writev_all
 
 __all__ = ["FileBackend"]
@@ -55,6 +60,7 @@ class FileBackend(HiCacheStorage):
         options: FileOptions = self.options
         self.root = resolve_root(options)
         self._layout = PageLayout(str(self.root), options.fanout_levels)
+        self._path_for = self._layout.path_for
         try:
             self._layout.ensure_directory(str(self.root))
         except OSError as error:
@@ -62,6 +68,7 @@ class FileBackend(HiCacheStorage):
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise ConfigError("extra_config.path", f"directory {str(self.root)!r} is not writable")
         self._fsync = options.fsync
+        self._io_threads = options.io_threads if options.io_threads is not None else min(4, os.cpu_count() or 1)
         self._nonce = secrets.token_hex(4)
         self._counter = itertools.count()
         self._eviction: WriteOrderEviction | None = None
@@ -71,6 +78,11 @@ class FileBackend(HiCacheStorage):
             self.capabilities = replace(type(self).capabilities, may_evict=True)  # type: ignore[misc]
 
     # ------------------------------------------------------------ helpers
+    @property
+    def io_threads(self) -> int:
+        """Threads that move the pages of one batch (``extra_config.io_threads`` resolved)."""
+        return self._io_threads
+
     def path_for(self, storage_key: str) -> Path:
         """File that holds (or would hold) the page of ``storage_key``."""
         return Path(self._layout.path_for(storage_key))
@@ -97,7 +109,7 @@ class FileBackend(HiCacheStorage):
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
         directories: set[str] = set()
-        results = [self._write_one(key, page, directories) for key, page in zip(keys, pages, strict=True)]
+        results = map_pages(lambda key, page: self._write_one(key, page, directories), keys, pages, self._io_threads)
         if self._fsync:
             for directory in directories:
                 _fsync_directory(directory)
@@ -109,9 +121,9 @@ class FileBackend(HiCacheStorage):
         layout = self._layout
         directory = layout.directory_for(key)
         name = layout.file_name(key)
-        final = os.path.join(directory, name)
-        temp = os.path.join(directory, layout.temp_name(name, f"{os.getpid()}-{self._nonce}-{next(self._counter)}"))
-        header = encode_header(page)
+        final = f"{directory}/{name}"
+        temp = f"{directory}/{layout.temp_name(name, f'{os.getpid()}-{self._nonce}-{next(self._counter)}')}"
+        trailer = encode_header(page)
         try:
             fd = os.open(temp, _WRITE_FLAGS, 0o600)
         except FileNotFoundError:
@@ -119,7 +131,8 @@ class FileBackend(HiCacheStorage):
             fd = os.open(temp, _WRITE_FLAGS, 0o600)
         try:
             try:
-                size = writev_all(fd, [header, *page])
+                size = HEADER_SIZE + sum(segment.nbytes for segment in page)
+                writev_all(fd, [*page, trailer], size)
                 if self._fsync:
                     os.fsync(fd)
             finally:
@@ -138,24 +151,23 @@ class FileBackend(HiCacheStorage):
         return True
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
-        return [self._read_one(key, page) for key, page in zip(keys, pages, strict=True)]
+        return map_pages(self._read_one, keys, pages, self._io_threads)
 
     def _read_one(self, key: str, page: list[memoryview]) -> bool:
         try:
-            fd = os.open(self._layout.path_for(key), _READ_FLAGS)
+            fd = os.open(self._path_for(key), _READ_FLAGS)
         except FileNotFoundError:
             return False
-        header = bytearray(HEADER_SIZE)
-        probe = bytearray(1)  # filled only when the file is longer than a record
+        trailer = bytearray(HEADER_SIZE + 1)  # the extra byte is filled only when the file is too long
         expected = sum(segment.nbytes for segment in page)
         try:
-            count = preadv_all(fd, [header, *page, probe])
+            count = preadv_all(fd, [*page, trailer])
         finally:
             os.close(fd)
         if count != HEADER_SIZE + expected:
             return self._integrity_failure()
         try:
-            _length, digest = parse_header(header, expected)
+            _length, digest = parse_header(trailer, expected)
         except PageRecordError:
             return self._integrity_failure()
         if checksum(page) != digest:

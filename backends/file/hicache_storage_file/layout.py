@@ -9,14 +9,13 @@ never be a page name.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 from collections.abc import Iterator
 
 import xxhash
-
-from hicache_storage.page_format import MAGIC
 
 __all__ = ["NAME_LIMIT", "TEMP_SUFFIX", "PageLayout"]
 
@@ -33,7 +32,7 @@ class PageLayout:
     """Maps storage keys to paths below ``root`` (plain ``str`` paths: they are on the hot path)."""
 
     def __init__(self, root: str, fanout_levels: int) -> None:
-        self.root = root
+        self.root = root.rstrip("/") or "/"
         self.fanout_levels = fanout_levels
 
     @staticmethod
@@ -45,15 +44,17 @@ class PageLayout:
 
     def directory_for(self, key: str) -> str:
         """Directory that holds the page of ``key``."""
-        if not self.fanout_levels:
+        levels = self.fanout_levels
+        if not levels:
             return self.root
         digest = xxhash.xxh3_64_hexdigest(key.encode())
-        parts = [digest[2 * level : 2 * level + 2] for level in range(self.fanout_levels)]
-        return os.path.join(self.root, *parts)
+        if levels == 2:
+            return f"{self.root}/{digest[0:2]}/{digest[2:4]}"
+        return "/".join([self.root, *(digest[2 * level : 2 * level + 2] for level in range(levels))])
 
     def path_for(self, key: str) -> str:
         """Full path of the page file of ``key``."""
-        return os.path.join(self.directory_for(key), self.file_name(key))
+        return f"{self.directory_for(key)}/{self.file_name(key)}"
 
     @staticmethod
     def temp_name(final_name: str, token: str) -> str:
@@ -76,17 +77,15 @@ class PageLayout:
                 break
             current = parent
         for path in reversed(missing):
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(path, 0o700)
-            except FileExistsError:
-                pass
 
     def iter_owned_files(self) -> Iterator[tuple[str, bool]]:
         """(path, is_temp) of every page file and temp file below the root, nothing else.
 
         Only the root and fan-out directories (two lowercase hex digits) at most four levels deep are
-        searched; a file counts as a page when its name is a page name and it is either named by a
-        key space or starts with the page-record magic.
+        searched; a file counts as a page when its name is a storage key of a key space
+        (``hc<version>-<digest>.``...), whatever its content.
         """
         stack = [(self.root, 0)]
         while stack:
@@ -102,15 +101,5 @@ class PageLayout:
                 elif entry.is_file(follow_symlinks=False):
                     if _TEMP_NAME.fullmatch(entry.name):
                         yield entry.path, True
-                    elif _PAGE_NAME.fullmatch(entry.name) and (
-                        _KEYSPACE_NAME.fullmatch(entry.name) or _starts_with_magic(entry.path)
-                    ):
+                    elif _PAGE_NAME.fullmatch(entry.name) and _KEYSPACE_NAME.fullmatch(entry.name):
                         yield entry.path, False
-
-
-def _starts_with_magic(path: str) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(len(MAGIC)) == MAGIC
-    except OSError:
-        return False

@@ -21,12 +21,15 @@ class FileOptions:
     """``path``: storage root (default: ``$HICACHE_FILE_PATH``); ``fanout_levels``: directory levels
     of two hex digits between the root and a page file; ``fsync``: make every write durable before
     it is acknowledged; ``max_bytes``: size limit of the page files this process knows of
-    (``None`` = no limit), enforced by evicting the least recently written pages."""
+    (``None`` = no limit), enforced by evicting the least recently written pages; ``io_threads``:
+    threads that move the pages of one batch (``None`` = ``min(4, CPU count)``, 1 = the calling
+    thread only)."""
 
     path: str | None = None
     fanout_levels: int = 2
     fsync: bool = False
     max_bytes: int | None = None
+    io_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.path is not None and not self.path.strip():
@@ -35,6 +38,8 @@ class FileOptions:
             raise ConfigError(
                 "extra_config.fanout_levels", f"must be in [0, {MAX_FANOUT_LEVELS}], got {self.fanout_levels}"
             )
+        if self.io_threads is not None and not 1 <= self.io_threads <= 32:
+            raise ConfigError("extra_config.io_threads", f"must be in [1, 32] or null, got {self.io_threads}")
         if self.max_bytes is not None and self.max_bytes <= 0:
             raise ConfigError("extra_config.max_bytes", f"must be a positive number of bytes, got {self.max_bytes}")
 

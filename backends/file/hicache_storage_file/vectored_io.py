@@ -1,4 +1,8 @@
-"""Vectored whole-buffer I/O: ``os.writev`` / ``os.preadv`` looped over short transfers, no copies."""
+"""Vectored whole-buffer I/O: ``os.writev`` / ``os.preadv`` looped over short transfers, no copies.
+
+The common case (a few segments, a regular file) is one system call; the loop only runs for more
+than ``IOV_MAX`` buffers or a short write.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,18 @@ except (AttributeError, ValueError, OSError):  # pragma: no cover - platform wit
     IOV_MAX = 1024
 
 
+def _byte_views(buffers: Sequence[Buffer]) -> list[memoryview]:
+    """Non-empty flat byte views of ``buffers`` (no copy)."""
+    views = []
+    for buffer in buffers:
+        view = memoryview(buffer)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        if view.nbytes:
+            views.append(view)
+    return views
+
+
 def _advance(pending: list[memoryview], count: int) -> None:
     """Drop ``count`` transferred bytes from the front of ``pending``."""
     while count and pending:
@@ -27,30 +43,37 @@ def _advance(pending: list[memoryview], count: int) -> None:
             count = 0
 
 
-def writev_all(fd: int, buffers: Sequence[Buffer]) -> int:
-    """Write every byte of ``buffers`` in order to ``fd``; returns the byte count."""
-    pending = [view for view in map(memoryview, buffers) if view.nbytes]
-    total = 0
+def writev_all(fd: int, buffers: Sequence[Buffer], total: int) -> None:
+    """Write all ``total`` bytes of ``buffers`` in order to ``fd`` (at its current offset)."""
+    done = os.writev(fd, buffers) if len(buffers) <= IOV_MAX else 0
+    if done == total:
+        return
+    pending = _byte_views(buffers)
+    _advance(pending, done)
     while pending:
         written = os.writev(fd, pending[:IOV_MAX])
         if written <= 0:
             raise OSError(f"writev wrote {written} bytes with {sum(v.nbytes for v in pending)} pending")
-        total += written
         _advance(pending, written)
-    return total
 
 
 def preadv_all(fd: int, buffers: Sequence[memoryview | bytearray], offset: int = 0) -> int:
     """Fill ``buffers`` in order from ``fd`` at ``offset`` until they are full or the file ends.
 
-    Returns the number of bytes read; fewer than the buffers hold means the file was shorter.
+    Returns the number of bytes read; fewer than the buffers hold means the file was shorter (a short
+    read of a regular file is taken as its end).
     """
-    pending = [view for view in map(memoryview, buffers) if view.nbytes]
+    if len(buffers) <= IOV_MAX:
+        return os.preadv(fd, buffers, offset)
+    pending = _byte_views(buffers)
     total = 0
     while pending:
-        count = os.preadv(fd, pending[:IOV_MAX], offset + total)
+        batch = pending[:IOV_MAX]
+        count = os.preadv(fd, batch, offset + total)
         if count <= 0:
             break
         total += count
+        if count < sum(view.nbytes for view in batch):
+            break
         _advance(pending, count)
     return total

@@ -45,7 +45,9 @@ class SimOptions:
         if not self.sim_op_latency_us >= 0:
             raise ConfigError("extra_config.sim_op_latency_us", f"must be >= 0, got {self.sim_op_latency_us}")
         if self.capacity_bytes is not None and self.capacity_bytes <= 0:
-            raise ConfigError("extra_config.capacity_bytes", f"must be a positive number of bytes, got {self.capacity_bytes}")
+            raise ConfigError(
+                "extra_config.capacity_bytes", f"must be a positive number of bytes, got {self.capacity_bytes}"
+            )
         for name in ("fail_get_rate", "fail_set_rate", "fail_exists_rate"):
             rate = getattr(self, name)
             if not 0.0 <= rate <= 1.0:

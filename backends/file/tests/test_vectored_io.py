@@ -1,0 +1,58 @@
+"""Tests of the vectored I/O helpers, including the paths for more than IOV_MAX buffers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hicache_storage_file.vectored_io import IOV_MAX, preadv_all, writev_all
+
+
+def _segments(count: int, size: int) -> list[memoryview]:
+    return [memoryview(bytes([index % 251]) * size) for index in range(count)]
+
+
+def test_many_buffers_round_trip(tmp_path: Path) -> None:
+    segments = _segments(IOV_MAX + 37, 3)
+    total = sum(s.nbytes for s in segments)
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        writev_all(fd, segments, total)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"".join(segments)
+    targets = [memoryview(bytearray(3)) for _ in segments]
+    probe = bytearray(1)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert preadv_all(fd, [*targets, probe]) == total
+    finally:
+        os.close(fd)
+    assert b"".join(targets) == b"".join(segments)
+
+
+def test_short_file_reports_bytes_read(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"abcdef")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        first, second = bytearray(4), bytearray(4)
+        assert preadv_all(fd, [first, second]) == 6
+        many = [bytearray(1) for _ in range(IOV_MAX + 5)]
+        assert preadv_all(fd, many, offset=2) == 4
+    finally:
+        os.close(fd)
+    assert bytes(first) == b"abcd" and bytes(second[:2]) == b"ef"
+    assert b"".join(many[:4]) == b"cdef"
+
+
+def test_non_byte_views_are_written_as_bytes(tmp_path: Path) -> None:
+    words = memoryview(bytearray(range(16))).cast("I")
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        writev_all(fd, [b"x"] * (IOV_MAX + 1) + [words], IOV_MAX + 1 + 16)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"x" * (IOV_MAX + 1) + bytes(range(16))

@@ -1,0 +1,228 @@
+"""The fsspec backend: one file per page (record header + payload) on any fsspec filesystem.
+
+Pages live at ``<root>/<fan-out>/<storage key>``. Batches use fsspec's batched calls (``cat`` and
+``pipe`` with lists/dicts), which async filesystems (s3fs, gcsfs, http) run concurrently, up to
+``concurrency`` requests at once. A page becomes visible whole: local disks write a temp file and
+rename it; object stores and the memory filesystem store a value in one put. Reads verify the record
+(magic, length, XXH3-64); a bad record is a miss counted as ``integrity_failures``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
+
+import fsspec
+import xxhash
+from fsspec.asyn import sync
+from fsspec.implementations.local import LocalFileSystem
+
+from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, InvalidRequestError
+from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
+
+from .local_io import TEMP_SUFFIX, LocalPageFiles
+from .options import FsspecOptions, redact_url
+from .raw_store import FsspecRawStore
+
+__all__ = ["DEFAULT_TIMEOUT_S", "FsspecBackend"]
+
+#: Client timeout when neither ``timeout_s`` nor a resilience deadline is configured.
+DEFAULT_TIMEOUT_S = 5.0
+_S3_PROTOCOLS = ("s3", "s3a")
+
+
+class FsspecBackend(HiCacheStorage):
+    """Pages as files below ``extra_config.url`` on an fsspec filesystem (see :class:`FsspecOptions`).
+
+    ``fs`` and ``path_for(storage_key)`` give direct access to stored pages; ``raw_store()`` is a
+    mapping over them (for tools and tests).
+    """
+
+    Options: ClassVar[type[Any]] = FsspecOptions
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True,
+        shared=True,
+        supports_delete=True,
+        supports_clear=True,
+        verifies_integrity=True,
+    )
+
+    def __init__(self, config: HiCacheStorageConfig) -> None:
+        super().__init__(config)
+        options: FsspecOptions = self.options
+        deadline = self.resilience.options.deadline_s if self.resilience is not None else DEFAULT_TIMEOUT_S
+        self.timeout_s = options.timeout_s or deadline
+        protocol = options.url.split("://", 1)[0] if "://" in options.url else "file"
+        storage_options = _with_client_defaults(protocol, dict(options.storage_options), self.timeout_s)
+        try:
+            self.fs, root = fsspec.core.url_to_fs(options.url, **storage_options)
+        except (ImportError, ValueError, TypeError) as error:
+            raise ConfigError(
+                "extra_config.url", f"cannot open {redact_url(options.url)!r}: {type(error).__name__}: {error}"
+            ) from None
+        self.root = root.rstrip("/")
+        if protocol in _S3_PROTOCOLS and storage_options.get("skip_instance_cache"):
+            self.fs.retries = 1  # s3fs retries connection errors with backoff; the SDK's policy retries
+        self._fanout = options.fanout_chars
+        self._async = bool(getattr(self.fs, "async_impl", False))
+        self._local = LocalPageFiles() if isinstance(self.fs, LocalFileSystem) else None
+        mode = options.write_mode
+        self._rename = mode == "rename" or (mode == "auto" and self._local is not None)
+        if self._local is not None:
+            try:
+                self.fs.makedirs(self.root, exist_ok=True)
+            except OSError as error:
+                raise ConfigError("extra_config.url", f"cannot create {self.root!r}: {error}") from None
+        if protocol == "memory":  # one process only
+            self.capabilities = replace(type(self).capabilities, shared=False)  # type: ignore[misc]
+        self._page_name = re.compile(
+            re.escape(self.root + "/") + (f"[0-9a-f]{{{self._fanout}}}/" if self._fanout else "") + r"[A-Za-z0-9][A-Za-z0-9._-]*"
+        )
+
+    # ------------------------------------------------------------ helpers
+    def path_for(self, storage_key: str) -> str:
+        """Path (without protocol) of the file holding the page of ``storage_key``."""
+        if self._fanout:
+            return f"{self.root}/{xxhash.xxh3_64_hexdigest(storage_key.encode())[: self._fanout]}/{storage_key}"
+        return f"{self.root}/{storage_key}"
+
+    def raw_store(self) -> FsspecRawStore:
+        """Mapping storage key → stored record bytes, behind the backend's back."""
+        return FsspecRawStore(self.fs, self.path_for, self.page_files)
+
+    def page_files(self) -> list[str]:
+        """Paths of every page file under the root."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.invalidate_cache()
+            return [path for path in self.fs.find(self.root) if self._page_name.fullmatch(path)]
+        return []
+
+    def _record_bytes(self) -> int:
+        if self.keyspace is None:
+            raise InvalidRequestError("register_mem_pool_host(pool) must be called before storage calls")
+        return HEADER_SIZE + self.keyspace.page_bytes
+
+    def _gather(self, make: Callable[[str], Awaitable[Any]], paths: list[str]) -> list[Any]:
+        """Run ``make(path)`` for every path on the filesystem's loop; results or exceptions, in order."""
+        limit = self.options.concurrency
+
+        async def run() -> list[Any]:
+            gate = asyncio.Semaphore(limit)
+
+            async def one(path: str) -> Any:
+                async with gate:
+                    return await make(path)
+
+            return await asyncio.gather(*(one(path) for path in paths), return_exceptions=True)
+
+        return list(sync(self.fs.loop, run, timeout=None))
+
+    def _settle(self, outcomes: list[Any], ok: Callable[[Any], bool]) -> list[bool]:
+        """Per-key results from values or exceptions: a missing file is ``False``; if every key
+        faulted otherwise, the first fault is raised (an outage, for the resilience policy)."""
+        faults = [item for item in outcomes if isinstance(item, BaseException) and not isinstance(item, FileNotFoundError)]
+        if faults and len(faults) == len(outcomes):
+            raise faults[0]
+        if faults:
+            self.stats.bump("key_faults", len(faults))
+        return [False if isinstance(item, BaseException) else ok(item) for item in outcomes]
+
+    # ------------------------------------------------------------ primitives
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+        paths = [self.path_for(key) for key in keys]
+        if self._local is not None:
+            for path, page in zip(paths, pages, strict=True):
+                self._local.write(path, page)
+            return [True] * len(keys)
+        records = {path: encode_record(page) for path, page in zip(paths, pages, strict=True)}
+        if self._rename:
+            for path, record in records.items():
+                temp = f"{path}.{xxhash.xxh3_64_hexdigest(record)}{TEMP_SUFFIX}"
+                self.fs.pipe_file(temp, record)
+                self.fs.mv(temp, path)
+        elif self._async:
+            self.fs.pipe(records, batch_size=self.options.concurrency)
+        else:
+            self.fs.pipe(records)
+        return [True] * len(keys)
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+        want = self._record_bytes()
+        paths = [self.path_for(key) for key in keys]
+        if self._local is not None:
+            found = [self._local.read(path, page) for path, page in zip(paths, pages, strict=True)]
+            return [self._count_bad(item is not False) and item is True for item in found]
+        if self._async:
+            data = self.fs.cat(paths, on_error="return", batch_size=self.options.concurrency)
+        else:
+            data = self.fs.cat(paths, on_error="return")
+        outcomes = [data.get(path, FileNotFoundError(path)) for path in paths]
+        hits = self._settle(outcomes, lambda _value: True)
+        return [
+            hit and self._count_bad(len(value) == want and decode_into(value, page))
+            for hit, value, page in zip(hits, outcomes, pages, strict=True)
+        ]
+
+    def _count_bad(self, good: bool) -> bool:
+        if not good:
+            self.stats.bump("integrity_failures")
+        return good
+
+    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+        want = self._record_bytes()
+        paths = [self.path_for(key) for key in keys]
+        if self._async:
+            outcomes = self._gather(self.fs._info, paths)
+        else:
+            outcomes = []
+            for path in paths:
+                try:
+                    outcomes.append(self.fs.info(path))
+                except Exception as error:
+                    outcomes.append(error)
+        return self._settle(outcomes, lambda info: info.get("type") == "file" and info.get("size") == want)
+
+    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+        return self._remove([self.path_for(key) for key in keys])
+
+    def _remove(self, paths: list[str]) -> list[bool]:
+        if self._async:
+            outcomes = self._gather(self.fs._rm_file, paths)
+        else:
+            outcomes = []
+            for path in paths:
+                try:
+                    outcomes.append(self.fs.rm_file(path))
+                except Exception as error:
+                    outcomes.append(error)
+        return [not isinstance(item, BaseException) or isinstance(item, FileNotFoundError) for item in outcomes]
+
+    def clear_pages(self) -> None:
+        """Remove every page file (and leftover temp file) under the root; nothing else."""
+        paths = self.page_files()
+        with contextlib.suppress(FileNotFoundError):
+            paths += [path for path in self.fs.find(self.root) if path.endswith(TEMP_SUFFIX)]
+        if paths and not all(self._remove(paths)):
+            raise OSError(f"could not remove every page under {self.root!r}")
+        self.fs.invalidate_cache()
+
+    def __repr__(self) -> str:
+        return f"<FsspecBackend {self.options!r} closed={self.closed}>"
+
+
+def _with_client_defaults(protocol: str, storage_options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Bounded timeouts and no client-side retries for s3fs unless the caller chose otherwise."""
+    if protocol not in _S3_PROTOCOLS:
+        return storage_options
+    storage_options.setdefault("skip_instance_cache", True)  # own instance: its retry count is ours
+    storage_options.setdefault("use_listings_cache", False)
+    config = dict(storage_options.get("config_kwargs") or {})
+    config.setdefault("connect_timeout", timeout_s)
+    config.setdefault("read_timeout", timeout_s)
+    config.setdefault("retries", {"total_max_attempts": 1})
+    storage_options["config_kwargs"] = config
+    return storage_options

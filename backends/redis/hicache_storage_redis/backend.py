@@ -1,0 +1,191 @@
+"""The redis backend: one string value per page (record header + payload), written with one SET.
+
+A single ``SET`` makes a page visible whole or not at all. Batches travel as pipelines of at most
+``pipeline_pages`` commands; in cluster mode redis-py's cluster pipeline routes each command to the
+node owning its slot. Reads verify the record (length, magic, XXH3-64); a bad record is a miss
+counted as ``integrity_failures``. Keys evicted by ``maxmemory`` or expired by ``ttl_s`` are misses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+from redis.exceptions import ResponseError
+
+from hicache_storage import Capabilities, HiCacheStorage, HiCacheStorageConfig, InvalidRequestError
+from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
+
+from .client import build_client
+from .options import RedisOptions, check_secret_types
+from .raw_store import RedisRawStore, glob_escape
+from .wire import send_sets
+
+__all__ = ["DEFAULT_TIMEOUT_S", "RedisBackend"]
+
+#: I/O timeout when neither ``socket_timeout_s`` nor a resilience deadline is configured.
+DEFAULT_TIMEOUT_S = 5.0
+_CLEAR_BATCH = 512
+
+
+class RedisBackend(HiCacheStorage):
+    """Pages as Redis strings under ``key_prefix`` (see :class:`RedisOptions`).
+
+    Construction never contacts the server, so an engine can start while Redis is down; the client
+    is built on first use and faults become misses / ``False``. ``raw_store()`` is a mapping over the
+    stored records (storage key → bytes) for tools and tests.
+    """
+
+    Options: ClassVar[type[Any]] = RedisOptions
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True,
+        shared=True,
+        may_evict=True,
+        supports_delete=True,
+        supports_clear=True,
+        verifies_integrity=True,
+    )
+
+    def __init__(self, config: HiCacheStorageConfig) -> None:
+        check_secret_types(dict(getattr(config, "extra_config", None) or {}))
+        super().__init__(config)
+        options: RedisOptions = self.options
+        deadline = self.resilience.options.deadline_s if self.resilience is not None else DEFAULT_TIMEOUT_S
+        self.timeout_s = options.socket_timeout_s or deadline
+        self.key_prefix = options.key_prefix
+        self._ttl_ms = None if options.ttl_s is None else max(1, round(options.ttl_s * 1000))
+        self._chunk = options.pipeline_pages
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+
+    # ------------------------------------------------------------ helpers
+    def client(self) -> Any:
+        """The redis-py client, built on first use."""
+        client = self._client
+        if client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = build_client(self.options, self.timeout_s)
+                client = self._client
+        return client
+
+    def redis_key(self, storage_key: str) -> str:
+        """The Redis key holding the page of ``storage_key``."""
+        return self.key_prefix + storage_key
+
+    def raw_store(self) -> RedisRawStore:
+        """Mapping storage key → stored record bytes, behind the backend's back."""
+        return RedisRawStore(self.client(), self.key_prefix)
+
+    def _record_bytes(self) -> int:
+        if self.keyspace is None:
+            raise InvalidRequestError("register_mem_pool_host(pool) must be called before storage calls")
+        return HEADER_SIZE + self.keyspace.page_bytes
+
+    def _chunks(self, count: int) -> Iterator[range]:
+        for begin in range(0, count, self._chunk):
+            yield range(begin, min(begin + self._chunk, count))
+
+    def _run(self, build: Any, count: int) -> list[Any]:
+        """Execute ``build(pipe, index)`` for every index, one pipeline per chunk; all replies."""
+        client = self.client()
+        replies: list[Any] = []
+        for span in self._chunks(count):
+            pipe = client.pipeline(transaction=False)
+            for index in span:
+                build(pipe, index)
+            replies.extend(pipe.execute())
+        return replies
+
+    # ------------------------------------------------------------ primitives
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+        client = self.client()
+        results = [False] * len(keys)
+        redirected: list[int] = []
+        for span in self._chunks(len(keys)):
+            for node, indices in self._by_node(client, [self.key_prefix + keys[i] for i in span], span):
+                requests = [((self.key_prefix + keys[i]).encode(), pages[i]) for i in indices]
+                for index, reply in zip(indices, send_sets(node, requests, self._ttl_ms), strict=True):
+                    if isinstance(reply, ResponseError):
+                        redirected.append(index)
+                    else:
+                        results[index] = reply
+        if redirected:  # MOVED/ASK (cluster resharding), OOM ...: the client's pipeline handles redirects
+            self.stats.bump("redirected_writes", len(redirected))
+            pipe = client.pipeline(transaction=False)
+            for index in redirected:
+                pipe.set(self.key_prefix + keys[index], encode_record(pages[index]), px=self._ttl_ms)
+            for index, reply in zip(redirected, pipe.execute(raise_on_error=False), strict=True):
+                results[index] = reply is True
+        return results
+
+    def _by_node(self, client: Any, rkeys: list[str], span: range) -> list[tuple[Any, list[int]]]:
+        """Indices of ``span`` grouped by the server holding their keys (one group when standalone)."""
+        if not self.options.cluster:
+            return [(client, list(span))]
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for rkey, index in zip(rkeys, span, strict=True):
+            node = client.get_node_from_key(rkey)
+            group = groups.get(node.name)
+            if group is None:
+                group = groups[node.name] = (client.get_redis_connection(node), [])
+            group[1].append(index)
+        return list(groups.values())
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+        want = self._record_bytes()
+        results: list[bool] = []
+        client = self.client()
+        for span in self._chunks(len(keys)):
+            pipe = client.pipeline(transaction=False)
+            for index in span:
+                pipe.get(self.key_prefix + keys[index])
+            for index, value in zip(span, pipe.execute(), strict=True):
+                results.append(self._decode(value, pages[index], want))
+        return results
+
+    def _decode(self, value: bytes | None, page: list[memoryview], want: int) -> bool:
+        if value is None:
+            return False
+        if len(value) != want or not decode_into(value, page):
+            self.stats.bump("integrity_failures")
+            return False
+        return True
+
+    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+        want = self._record_bytes()
+        replies = self._run(lambda pipe, i: pipe.strlen(self.key_prefix + keys[i]), len(keys))
+        return [reply == want for reply in replies]
+
+    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+        self._run(lambda pipe, i: pipe.delete(self.key_prefix + keys[i]), len(keys))
+        return [True] * len(keys)
+
+    def clear_pages(self) -> None:
+        """Delete every key under ``key_prefix`` (SCAN on every primary in cluster mode)."""
+        client = self.client()
+        pattern = glob_escape(self.key_prefix) + "*"
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= _CLEAR_BATCH:
+                self._delete_raw(batch)
+                batch = []
+        if batch:
+            self._delete_raw(batch)
+
+    def _delete_raw(self, keys: list[bytes]) -> None:
+        pipe = self.client().pipeline(transaction=False)
+        for key in keys:
+            pipe.delete(key)
+        pipe.execute()
+
+    def release(self) -> None:
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __repr__(self) -> str:
+        return f"<RedisBackend {self.options!r} closed={self.closed}>"

@@ -1,0 +1,65 @@
+"""Build the redis-py client (standalone or cluster) from :class:`RedisOptions`.
+
+Clients are built with no client-side retries (the SDK's resilience policy retries) and with the
+socket and connect timeouts set, so a call made while the server is down returns in bounded time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
+
+from .options import RedisOptions, parse_node
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_client", "client_kwargs"]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 6379
+
+
+def client_kwargs(options: RedisOptions, timeout_s: float) -> dict[str, Any]:
+    """Keyword arguments shared by the standalone and cluster clients."""
+    kwargs: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+        "max_connections": options.max_connections,
+    }
+    if options.username is not None:
+        kwargs["username"] = options.username
+    if options.password is not None:
+        kwargs["password"] = options.password
+    if options.uses_tls:
+        kwargs["ssl"] = True
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
+            value = getattr(options, name)
+            if value is not None:
+                kwargs[name] = value
+    return kwargs
+
+
+def build_client(options: RedisOptions, timeout_s: float) -> Any:
+    """A ``redis.Redis`` or ``redis.cluster.RedisCluster`` (the latter contacts the cluster now)."""
+    kwargs = client_kwargs(options, timeout_s)
+    if not options.cluster:
+        if options.url is not None:
+            return redis.Redis.from_url(options.url, **kwargs)
+        return redis.Redis(
+            host=options.host or DEFAULT_HOST, port=options.port or DEFAULT_PORT, db=options.db, **kwargs
+        )
+    nodes = [ClusterNode(*parse_node(node, "extra_config.nodes")) for node in options.nodes or []]
+    if options.url is not None:
+        parts = urlsplit(options.url)
+        nodes.insert(0, ClusterNode(parts.hostname or DEFAULT_HOST, parts.port or DEFAULT_PORT))
+        if options.username is None and parts.username:
+            kwargs["username"] = unquote(parts.username)
+        if options.password is None and parts.password:
+            kwargs["password"] = unquote(parts.password)
+    elif options.host is not None or not nodes:
+        nodes.insert(0, ClusterNode(options.host or DEFAULT_HOST, options.port or DEFAULT_PORT))
+    return RedisCluster(startup_nodes=nodes, require_full_coverage=True, **kwargs)

@@ -1,0 +1,144 @@
+"""Options of the redis backend (``extra_config`` keys), validated at construction."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from hicache_storage import ConfigError
+
+__all__ = ["SECRET_OPTIONS", "RedisOptions", "check_secret_types", "parse_node", "redact_url"]
+
+#: Options whose values never appear in a repr, a log line or an error message.
+SECRET_OPTIONS = ("password", "url")
+_PREFIX = re.compile(r"[!-~]+")  # printable ASCII, no spaces
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any user-info (user name, password) replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return parts._replace(netloc=f"***@{host}").geturl()
+
+
+def parse_node(text: str, option: str) -> tuple[str, int]:
+    """``"host:port"`` → (host, port); :class:`ConfigError` naming ``option`` when malformed."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(option, f"expected 'host:port', got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_secret_types(values: Mapping[str, Any]) -> None:
+    """Reject a secret option of the wrong type without echoing its value."""
+    for name in SECRET_OPTIONS:
+        value = values.get(name)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"extra_config.{name}", f"expected a str, got {type(value).__name__} (value not shown)")
+
+
+@dataclass(frozen=True, repr=False)
+class RedisOptions:
+    """Where the server is, how to authenticate, and how pages are stored (see docs/backends/redis.md).
+
+    Location: ``url`` (``redis://`` or ``rediss://``, may carry user, password and db) or
+    ``host``/``port``/``db``; ``cluster`` uses redis-py's cluster client with startup nodes from
+    ``url``/``host`` and ``nodes`` (``["host:port", ...]``). Security: ``username``, ``password``,
+    ``ssl`` and the ``ssl_*`` files. Storage: ``key_prefix`` (prepended to every key; ``clear``
+    removes only keys under it), ``ttl_s`` (expiry of written pages; ``None`` = none),
+    ``pipeline_pages`` (pages per round trip), ``max_connections`` (connection pool size),
+    ``socket_timeout_s`` (I/O and connect timeout; ``None`` = the resilience deadline).
+    """
+
+    url: str | None = None
+    host: str | None = None
+    port: int | None = None
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    ssl: bool = False
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_ca_certs: str | None = None
+    cluster: bool = False
+    nodes: list[str] | None = None
+    key_prefix: str = "hicache:"
+    ttl_s: float | None = None
+    pipeline_pages: int = 16
+    max_connections: int = 32
+    socket_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            self._check_url(self.url)
+            if self.host is not None or self.port is not None:
+                raise ConfigError("extra_config.host", "give either url or host/port, not both")
+        if self.host is not None and not self.host.strip():
+            raise ConfigError("extra_config.host", "must be a non-empty host name")
+        if self.port is not None and not 0 < self.port < 65536:
+            raise ConfigError("extra_config.port", f"must be in 1..65535, got {self.port}")
+        if self.db < 0:
+            raise ConfigError("extra_config.db", f"must be >= 0, got {self.db}")
+        if self.cluster and self.db != 0:
+            raise ConfigError("extra_config.db", "Redis Cluster has only db 0")
+        if self.nodes is not None:
+            if not self.cluster:
+                raise ConfigError("extra_config.nodes", "only valid with cluster: true")
+            for node in self.nodes:
+                if not isinstance(node, str):
+                    raise ConfigError("extra_config.nodes", f"expected 'host:port' strings, got {node!r}")
+                parse_node(node, "extra_config.nodes")
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"extra_config.{name}", f"no such file: {path!r}")
+        if not self.key_prefix or not _PREFIX.fullmatch(self.key_prefix):
+            raise ConfigError("extra_config.key_prefix", "must be non-empty printable ASCII without spaces")
+        if "{" in self.key_prefix or "}" in self.key_prefix:
+            raise ConfigError("extra_config.key_prefix", "must not contain '{' or '}' (Redis Cluster hash tags)")
+        if self.ttl_s is not None and self.ttl_s <= 0:
+            raise ConfigError("extra_config.ttl_s", f"must be > 0 seconds (or null for no expiry), got {self.ttl_s}")
+        if not 1 <= self.pipeline_pages <= 1024:
+            raise ConfigError("extra_config.pipeline_pages", f"must be in 1..1024, got {self.pipeline_pages}")
+        if self.max_connections < 1:
+            raise ConfigError("extra_config.max_connections", f"must be >= 1, got {self.max_connections}")
+        if self.socket_timeout_s is not None and self.socket_timeout_s <= 0:
+            raise ConfigError("extra_config.socket_timeout_s", f"must be > 0, got {self.socket_timeout_s}")
+
+    @staticmethod
+    def _check_url(url: str) -> None:
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as error:
+            raise ConfigError("extra_config.url", f"malformed URL ({error})") from None
+        if parts.scheme not in ("redis", "rediss"):
+            raise ConfigError("extra_config.url", f"scheme must be redis:// or rediss://, got {parts.scheme!r}://")
+        if not parts.hostname:
+            raise ConfigError("extra_config.url", f"no host in {redact_url(url)!r}")
+        if port is not None and not 0 < port < 65536:
+            raise ConfigError("extra_config.url", "port out of range")
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether connections use TLS (``rediss://`` or ``ssl: true``)."""
+        return self.ssl or (self.url is not None and self.url.startswith("rediss://"))
+
+    def __repr__(self) -> str:
+        shown = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name == "password" and value is not None:
+                value = "***"
+            elif field.name == "url" and value is not None:
+                value = redact_url(value)
+            shown.append(f"{field.name}={value!r}")
+        return f"RedisOptions({', '.join(shown)})"

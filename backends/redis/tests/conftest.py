@@ -1,0 +1,54 @@
+"""Fixtures: real Redis servers on 127.0.0.1 started through scripts/services."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from hicache_storage_redis import RedisBackend  # noqa: E402
+from redis_support import control, make_pool, settings  # noqa: E402
+
+from hicache_storage import HostKVPool, make_config  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def env() -> dict[str, str]:
+    return settings()
+
+
+@pytest.fixture(scope="session")
+def redis_url(env: dict[str, str]) -> str:
+    control("start", "redis")
+    return env["HICACHE_TEST_REDIS_URL"]
+
+
+@pytest.fixture(scope="session")
+def cluster_nodes(env: dict[str, str]) -> list[str]:
+    control("start", "redis-cluster")
+    return env["HICACHE_TEST_REDIS_CLUSTER_NODES"].split(",")
+
+
+@pytest.fixture
+def open_backend() -> Iterator[Any]:
+    """Factory: ``open_backend(options, pool=None)``; every backend is cleared and closed afterwards."""
+    opened: list[RedisBackend] = []
+
+    def factory(options: dict[str, Any], pool: HostKVPool | None = None, model: str = "m") -> RedisBackend:
+        extra = {"key_prefix": f"t{secrets.token_hex(4)}:", **options}
+        backend = RedisBackend(make_config(model, extra_config=extra))
+        backend.register_mem_pool_host(pool if pool is not None else make_pool())
+        opened.append(backend)
+        return backend
+
+    yield factory
+    for backend in opened:
+        if not backend.closed:
+            backend.clear()
+            backend.close()

@@ -1,0 +1,316 @@
+"""Tests of the redis backend against real servers on 127.0.0.1 (standalone, cluster, AUTH, maxmemory)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import torch
+from hicache_storage_redis import RedisBackend
+from redis_support import PAGE_SIZE, control, indices, keys_for, make_pool, page_bytes
+
+from hicache_storage import ConfigError, HostKVPool, load_backend, make_config
+from hicache_storage.page_format import HEADER_SIZE, encode_record
+
+FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.01, "breaker_reset_s": 0.05}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def guarded_server() -> Iterator[dict[str, Any]]:
+    """A private redis-server with a password and a 2 MiB maxmemory (LRU eviction)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed (scripts/services/install.sh installs it)")
+    port, password = free_port(), "pa55-word-xyz"
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--requirepass", password, "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port, password=password, socket_timeout=1)
+    try:
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        yield {"port": port, "password": password}
+    finally:
+        client.close()
+        process.terminate()
+        process.wait(timeout=10)
+
+
+# ----------------------------------------------------------------------------- round trips
+@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
+@pytest.mark.parametrize("is_mla", [False, True], ids=["mha", "mla"])
+def test_v1_round_trip_is_byte_exact(redis_url: str, open_backend: Any, layout: str, is_mla: bool) -> None:
+    pool = make_pool(layout=layout, is_mla=is_mla)
+    backend = open_backend({"url": redis_url}, pool)
+    keys = keys_for(5)
+    written = [page_bytes(pool, p) for p in range(5)]
+    assert backend.batch_set_v1(keys, indices(0, 5)) == [True] * 5
+    assert backend.batch_get_v1(keys, indices(8, 5)) == [True] * 5
+    assert [page_bytes(pool, p) for p in range(8, 13)] == written
+    assert backend.batch_exists(keys) == 5
+
+
+def test_v0_and_v1_interoperate_and_pipelines_are_chunked(redis_url: str, open_backend: Any) -> None:
+    pool = make_pool()
+    backend = open_backend({"url": redis_url, "pipeline_pages": 3}, pool)
+    keys = keys_for(7)
+    values = [pool.get_data_page(p * PAGE_SIZE) for p in range(7)]
+    assert backend.batch_set(keys, values) is True
+    assert backend.batch_get_v1(keys, indices(8, 7)) == [True] * 7
+    assert [page_bytes(pool, p) for p in range(8, 15)] == [bytes(v.view(torch.uint8).numpy()) for v in values]
+    got = backend.batch_get(keys)
+    assert [bytes(t.view(torch.uint8).numpy()) for t in got] == [bytes(v.view(torch.uint8).numpy()) for v in values]
+
+
+def test_partial_hits_and_misses(redis_url: str, open_backend: Any) -> None:
+    backend = open_backend({"url": redis_url})
+    keys = keys_for(4)
+    assert backend.batch_set_v1([keys[0], keys[2]], indices(0, 2)) == [True, True]
+    assert backend.batch_exists_each(keys) == [True, False, True, False]
+    assert backend.batch_exists(keys) == 1
+    assert backend.batch_get_v1(keys, indices(4, 4)) == [True, False, True, False]
+
+
+def test_one_set_stores_header_and_payload(redis_url: str, open_backend: Any) -> None:
+    pool = make_pool()
+    backend = open_backend({"url": redis_url, "ttl_s": 30}, pool)
+    (key,) = keys_for(1)
+    assert backend.batch_set_v1([key], indices(0, 1)) == [True]
+    skey = backend.keyspace.storage_key(key)
+    stored = backend.raw_store()[skey]
+    assert stored == encode_record([memoryview(page_bytes(pool, 0))])
+    ttl_ms = backend.client().pttl(backend.redis_key(skey))
+    assert 0 < ttl_ms <= 30_000
+
+
+def test_ttl_expiry_is_a_miss(redis_url: str, open_backend: Any) -> None:
+    backend = open_backend({"url": redis_url, "ttl_s": 0.2})
+    keys = keys_for(2)
+    assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    time.sleep(0.4)
+    assert backend.batch_exists_each(keys) == [False, False]
+    assert backend.batch_get_v1(keys, indices(2, 2)) == [False, False]
+
+
+# ----------------------------------------------------------------------------- isolation, clear, delete
+def test_prefixes_and_models_are_isolated_and_clear_is_scoped(redis_url: str, open_backend: Any) -> None:
+    keys = keys_for(3)
+    a = open_backend({"url": redis_url})
+    b = open_backend({"url": redis_url})
+    other_model = open_backend({"url": redis_url, "key_prefix": a.key_prefix}, model="other")
+    assert a.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert b.batch_exists_each(keys) == [False] * 3
+    assert other_model.batch_exists_each(keys) == [False] * 3
+    assert b.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    foreign = redis.Redis.from_url(redis_url)
+    foreign.set("unrelated-key", b"keep")
+    a.clear()
+    assert a.batch_exists_each(keys) == [False] * 3
+    assert b.batch_exists_each(keys) == [True] * 3
+    assert foreign.get("unrelated-key") == b"keep"
+    foreign.delete("unrelated-key")
+    foreign.close()
+
+
+def test_delete_removes_pages(redis_url: str, open_backend: Any) -> None:
+    backend = open_backend({"url": redis_url})
+    keys = keys_for(3)
+    backend.batch_set_v1(keys, indices(0, 3))
+    assert backend.delete(keys[:2]) == [True, True]
+    assert backend.batch_exists_each(keys) == [False, False, True]
+
+
+# ----------------------------------------------------------------------------- integrity
+@pytest.mark.parametrize("damage", ["flip", "truncate", "extend", "garbage"])
+def test_damaged_record_is_a_counted_miss(redis_url: str, open_backend: Any, damage: str) -> None:
+    pool = make_pool()
+    backend = open_backend({"url": redis_url}, pool)
+    keys = keys_for(2)
+    assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    store = backend.raw_store()
+    skey = backend.keyspace.storage_key(keys[0])
+    record = bytearray(store[skey])
+    if damage == "flip":
+        record[-5] ^= 0xFF
+    elif damage == "truncate":
+        del record[len(record) // 2 :]
+    elif damage == "extend":
+        record += b"x"
+    else:
+        record[:HEADER_SIZE] = bytes(HEADER_SIZE)
+    store[skey] = bytes(record)
+    assert backend.batch_get_v1(keys, indices(4, 2)) == [False, True]
+    assert page_bytes(pool, 5) == page_bytes(pool, 1)
+    assert backend.stats.get("integrity_failures") == 1
+    assert backend.batch_exists_each(keys) == [damage == "flip" or damage == "garbage", True]
+
+
+# ----------------------------------------------------------------------------- cluster
+def test_cluster_round_trip_spans_every_node_and_clear_reaches_all(cluster_nodes: list[str], open_backend: Any) -> None:
+    pool = make_pool(num_pages=64)
+    backend = open_backend({"cluster": True, "nodes": cluster_nodes, "pipeline_pages": 8}, pool)
+    keys = keys_for(30)
+    assert backend.batch_set_v1(keys, indices(0, 30)) == [True] * 30
+    client = backend.client()
+    owners = {client.get_node_from_key(backend.redis_key(backend.keyspace.storage_key(k))).name for k in keys}
+    assert len(owners) == len(cluster_nodes)
+    assert backend.batch_get_v1(keys, indices(32, 30)) == [True] * 30
+    assert [page_bytes(pool, p) for p in range(32, 62)] == [page_bytes(pool, p) for p in range(30)]
+    assert backend.batch_exists(keys) == 30
+    assert len(backend.raw_store()) == 30
+    backend.clear()
+    assert backend.batch_exists_each(keys) == [False] * 30
+
+
+def test_cluster_write_after_redirect_falls_back(cluster_nodes: list[str], open_backend: Any) -> None:
+    backend = open_backend({"cluster": True, "nodes": cluster_nodes})
+    keys = keys_for(6)
+    client = backend.client()
+    # Point every slot of the first key's node at the wrong node: the first SETs get MOVED replies.
+    rkey = backend.redis_key(backend.keyspace.storage_key(keys[0]))
+    right = client.get_node_from_key(rkey)
+    wrong = next(n for n in client.get_primaries() if n.name != right.name)
+    slot = client.keyslot(rkey)
+    client.nodes_manager.slots_cache[slot] = [wrong]
+    assert backend.batch_set_v1(keys, indices(0, 6)) == [True] * 6
+    assert backend.stats.get("redirected_writes") >= 1
+    assert backend.batch_get_v1(keys, indices(6, 6)) == [True] * 6
+
+
+# ----------------------------------------------------------------------------- AUTH, eviction
+def test_password_auth_works_and_never_leaks(guarded_server: dict[str, Any], open_backend: Any) -> None:
+    port, password = guarded_server["port"], guarded_server["password"]
+    good = open_backend({"host": "127.0.0.1", "port": port, "password": password})
+    keys = keys_for(2)
+    assert good.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    wrong = open_backend({"url": f"redis://:not-{password}@127.0.0.1:{port}/0", "resilience": FAST})
+    assert wrong.batch_exists_each(keys) == [False, False]
+    assert wrong.batch_set_v1(keys, indices(0, 2)) == [False, False]
+    for backend in (good, wrong):
+        shown = repr(backend) + repr(backend.options) + str(backend.get_stats())
+        assert password not in shown
+    assert wrong.get_stats()["faults"] >= 1
+    wrong.close()
+
+
+def test_maxmemory_eviction_gives_misses_never_wrong_bytes(guarded_server: dict[str, Any], open_backend: Any) -> None:
+    pool = HostKVPool(num_pages=48, page_size=16, layer_num=4, head_num=8, head_dim=64, layout="page_first")
+    raw = pool.kv_buffer.view(-1).view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(9)))
+    opts = {"host": "127.0.0.1", "port": guarded_server["port"], "password": guarded_server["password"]}
+    backend = open_backend(opts, pool)
+    keys = keys_for(24)
+    host = [torch.arange(p * 16, (p + 1) * 16) for p in range(48)]
+    for begin in range(0, 24, 4):
+        written = backend.batch_set_v1(keys[begin : begin + 4], torch.cat(host[begin : begin + 4]))
+        assert all(written)
+    hits = backend.batch_get_v1(keys, torch.cat(host[24:48]))
+    assert 0 < sum(hits) < 24, "2 MiB maxmemory must have evicted some of the 24 pages of 128 KiB"
+    for number, hit in enumerate(hits):
+        if hit:
+            assert page_bytes_n(pool, 24 + number) == page_bytes_n(pool, number)
+    assert backend.stats.get("integrity_failures") == 0
+
+
+def page_bytes_n(pool: HostKVPool, page: int) -> bytes:
+    return bytes(pool.get_data_page(page * int(pool.page_size)).view(torch.uint8).numpy())
+
+
+# ----------------------------------------------------------------------------- faults
+def test_construction_with_server_down_then_bounded_misses() -> None:
+    config = make_config("m", extra_config={"host": "127.0.0.1", "port": free_port(), "resilience": FAST})
+    backend = RedisBackend(config)
+    backend.register_mem_pool_host(make_pool())
+    keys = keys_for(3)
+    begin = time.monotonic()
+    assert backend.batch_exists(keys) == 0
+    assert backend.batch_set_v1(keys, indices(0, 3)) == [False] * 3
+    assert backend.batch_get_v1(keys, indices(4, 3)) == [False] * 3
+    assert time.monotonic() - begin < 5
+    assert backend.get_stats()["faults"] >= 1
+    backend.close()
+
+
+@pytest.mark.parametrize("service", ["redis", "redis-cluster"])
+def test_server_stopped_then_restarted(service: str, redis_url: str, cluster_nodes: list[str], open_backend: Any) -> None:
+    options = {"url": redis_url} if service == "redis" else {"cluster": True, "nodes": cluster_nodes}
+    backend = open_backend({**options, "resilience": FAST})
+    keys = keys_for(4)
+    assert backend.batch_set_v1(keys[:2], indices(0, 2)) == [True, True]
+    control("stop", service)
+    try:
+        begin = time.monotonic()
+        assert backend.batch_exists_each(keys) == [False] * 4
+        assert backend.batch_get_v1(keys[:2], indices(4, 2)) == [False, False]
+        assert backend.batch_set_v1(keys[2:], indices(2, 2)) == [False, False]
+        assert time.monotonic() - begin < 10
+    finally:
+        control("start", service)
+    deadline = time.monotonic() + 20
+    while backend.batch_set_v1(keys[2:], indices(2, 2)) != [True, True]:
+        assert time.monotonic() < deadline, "backend did not recover after the restart"
+        time.sleep(0.1)
+    assert backend.batch_get_v1(keys[2:], indices(6, 2)) == [True, True]
+
+
+# ----------------------------------------------------------------------------- options
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"url": "http://127.0.0.1:6379"}, "extra_config.url"),
+        ({"url": "redis://127.0.0.1:6379", "host": "h"}, "extra_config.host"),
+        ({"port": 70000}, "extra_config.port"),
+        ({"pipeline_pages": 0}, "extra_config.pipeline_pages"),
+        ({"ttl_s": -1}, "extra_config.ttl_s"),
+        ({"key_prefix": "has space"}, "extra_config.key_prefix"),
+        ({"key_prefix": "{tag}"}, "extra_config.key_prefix"),
+        ({"nodes": ["127.0.0.1:7000"]}, "extra_config.nodes"),
+        ({"cluster": True, "nodes": ["nohost"]}, "extra_config.nodes"),
+        ({"cluster": True, "db": 2}, "extra_config.db"),
+        ({"ssl_ca_certs": "/nonexistent/ca.pem"}, "extra_config.ssl_ca_certs"),
+        ({"socket_timeout_s": 0}, "extra_config.socket_timeout_s"),
+        ({"max_connections": 0}, "extra_config.max_connections"),
+        ({"bogus": 1}, "extra_config.bogus"),
+    ],
+)
+def test_bad_options_raise_config_error_naming_them(options: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        RedisBackend(make_config("m", extra_config=options))
+    assert caught.value.option == named
+
+
+def test_secret_of_wrong_type_is_not_echoed() -> None:
+    with pytest.raises(ConfigError) as caught:
+        RedisBackend(make_config("m", extra_config={"password": 98765432}))
+    assert caught.value.option == "extra_config.password"
+    assert "98765432" not in str(caught.value)
+
+
+def test_url_credentials_are_redacted() -> None:
+    backend = RedisBackend(make_config("m", extra_config={"url": "rediss://user:hunter2@127.0.0.1:1/0"}))
+    assert "hunter2" not in repr(backend)
+    assert backend.options.uses_tls
+    backend.close()
+
+
+def test_entry_point_loads(redis_url: str) -> None:
+    backend = load_backend("redis", make_config("m", extra_config={"url": redis_url}))
+    assert isinstance(backend, RedisBackend)
+    assert backend.capabilities.may_evict and backend.capabilities.verifies_integrity
+    backend.close()

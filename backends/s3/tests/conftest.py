@@ -1,0 +1,51 @@
+"""Fixtures: a real S3 server (moto) on 127.0.0.1 started through scripts/services."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from hicache_storage_s3 import S3Backend  # noqa: E402
+from s3_support import control, make_pool, s3_client, s3_options, settings  # noqa: E402
+
+from hicache_storage import HostKVPool, make_config  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def env() -> dict[str, str]:
+    return settings()
+
+
+@pytest.fixture(scope="session")
+def bucket(env: dict[str, str]) -> str:
+    """A fresh bucket on the test server (the server keeps no state across restarts)."""
+    control("start", "s3")
+    name = f"hc-test-{secrets.token_hex(4)}"
+    s3_client(env).create_bucket(Bucket=name)  # type: ignore[attr-defined]
+    return name
+
+
+@pytest.fixture
+def open_backend(env: dict[str, str], bucket: str) -> Iterator[Any]:
+    """Factory: ``open_backend(options, pool=None)``; every backend is cleared and closed afterwards."""
+    opened: list[S3Backend] = []
+
+    def factory(options: dict[str, Any] | None = None, pool: HostKVPool | None = None, model: str = "m") -> S3Backend:
+        extra = {**s3_options(env, bucket), "prefix": f"t{secrets.token_hex(4)}", **(options or {})}
+        backend = S3Backend(make_config(model, extra_config=extra))
+        backend.register_mem_pool_host(pool if pool is not None else make_pool())
+        opened.append(backend)
+        return backend
+
+    yield factory
+    for backend in opened:
+        if not backend.closed:
+            backend.clear()
+            backend.close()

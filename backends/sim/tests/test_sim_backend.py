@@ -1,0 +1,360 @@
+"""Tests of the sim backend: round trips, cost model, seeded faults, capacity, sharing, side channels."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import torch
+from hicache_storage_sim import SimBackend
+
+from hicache_storage import BackendFault, ConfigError, HostKVPool, load_backend, make_config
+from hicache_storage.page_format import HEADER_SIZE, PageRecordError, parse_header
+
+LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
+DTYPES = ["bfloat16", "float16", "float8_e4m3fn"]
+PAGE_SIZE = 4
+MiB = 1 << 20
+
+
+def keys_for(count: int, salt: str = "") -> list[str]:
+    return [hashlib.sha256(f"{salt}{i}".encode()).hexdigest() for i in range(count)]
+
+
+def make_pool(
+    *, is_mla: bool = False, layout: str = "page_first", dtype: str = "bfloat16", num_pages: int = 8
+) -> HostKVPool:
+    pool = HostKVPool(
+        num_pages=num_pages,
+        page_size=PAGE_SIZE,
+        layer_num=3,
+        dtype=dtype,
+        layout=layout,
+        is_mla=is_mla,
+        head_num=2,
+        head_dim=8,
+        kv_cache_dim=24,
+    )
+    raw = pool.kv_buffer.view(-1).view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(3)))
+    return pool
+
+
+def make_backend(pool: HostKVPool | None = None, **options: Any) -> SimBackend:
+    backend = SimBackend(make_config("m", extra_config={"resilience": False, **options}))
+    backend.register_mem_pool_host(pool if pool is not None else make_pool())
+    return backend
+
+
+def indices(first_page: int, count: int) -> torch.Tensor:
+    return torch.arange(first_page * PAGE_SIZE, (first_page + count) * PAGE_SIZE, dtype=torch.int64)
+
+
+def page_bytes(pool: HostKVPool, page: int) -> bytes:
+    return bytes(pool.get_data_page(page * PAGE_SIZE).view(torch.uint8).numpy())
+
+
+@pytest.fixture
+def store_name() -> Any:
+    name = f"test-{uuid.uuid4().hex}"
+    yield name
+    SimBackend.drop_store(name)
+
+
+# ----------------------------------------------------------------------------- round trips
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("is_mla", [False, True], ids=["mha", "mla"])
+def test_v1_round_trip_is_byte_exact(is_mla: bool, layout: str, dtype: str) -> None:
+    pool = make_pool(is_mla=is_mla, layout=layout, dtype=dtype)
+    backend = make_backend(pool)
+    keys = keys_for(4)
+    written = [page_bytes(pool, p) for p in range(4)]
+    assert backend.batch_set_v1(keys, indices(0, 4)) == [True] * 4
+    assert backend.batch_get_v1(keys, indices(4, 4)) == [True] * 4
+    assert [page_bytes(pool, p) for p in range(4, 8)] == written
+
+
+def test_v0_and_v1_are_interchangeable() -> None:
+    pool = make_pool(layout="layer_first", is_mla=True)
+    backend = make_backend(pool)
+    v0_keys, v1_keys = keys_for(2, "v0"), keys_for(2, "v1")
+    flat = [pool.get_data_page(p * PAGE_SIZE) for p in range(2)]
+    assert backend.batch_set(v0_keys, flat) is True
+    assert backend.batch_set_v1(v1_keys, indices(0, 2)) == [True, True]
+    raw = backend.raw_store()
+    space = backend.keyspace
+    assert space is not None
+    assert [raw[space.storage_key(k)] for k in v0_keys] == [raw[space.storage_key(k)] for k in v1_keys]
+    assert backend.batch_get_v1(v0_keys, indices(4, 2)) == [True, True]
+    assert [page_bytes(pool, p) for p in (4, 5)] == [page_bytes(pool, p) for p in (0, 1)]
+    got = backend.batch_get(v1_keys)
+    assert all(t is not None and torch.equal(t.view(torch.uint8), f.view(torch.uint8)) for t, f in zip(got, flat))
+
+
+def test_exists_is_per_key() -> None:
+    backend = make_backend()
+    keys = keys_for(3)
+    backend.batch_set_v1(keys[1:2], indices(1, 1))
+    assert backend.batch_exists_each(keys) == [False, True, False]
+    assert backend.batch_exists(keys) == 0
+
+
+# ----------------------------------------------------------------------------- integrity via the side channel
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda r: r[:-1],
+        lambda r: r + b"\0",
+        lambda r: r[: HEADER_SIZE + 3] + bytes([r[HEADER_SIZE + 3] ^ 0x80]) + r[HEADER_SIZE + 4 :],
+        lambda r: b"NOPE" + r[4:],
+        lambda r: r[:HEADER_SIZE],
+    ],
+    ids=["truncated", "extended", "flipped", "magic", "header-only"],
+)
+def test_damaged_record_reads_as_miss_and_is_counted(damage: Any) -> None:
+    backend = make_backend()
+    key = keys_for(1)
+    backend.batch_set_v1(key, indices(0, 1))
+    assert backend.keyspace is not None
+    storage_key = backend.keyspace.storage_key(key[0])
+    raw = backend.raw_store()
+    length, _digest = parse_header(raw[storage_key])
+    assert length == backend.keyspace.page_bytes
+    raw[storage_key] = damage(raw[storage_key])
+    assert backend.batch_get_v1(key, indices(1, 1)) == [False]
+    assert backend.stats.get("integrity_failures") == 1
+
+
+def test_raw_store_delete_and_listing() -> None:
+    backend = make_backend()
+    keys = keys_for(2)
+    backend.batch_set_v1(keys, indices(0, 2))
+    raw = backend.raw_store()
+    assert backend.keyspace is not None
+    storage_keys = backend.keyspace.storage_keys(keys)
+    assert sorted(raw) == sorted(storage_keys) and len(raw) == 2
+    del raw[storage_keys[0]]
+    assert backend.batch_exists_each(keys) == [False, True]
+    with pytest.raises(KeyError):
+        del raw[storage_keys[0]]
+    with pytest.raises(PageRecordError):
+        parse_header(b"short")
+
+
+# ----------------------------------------------------------------------------- cost model
+def test_modelled_time_formula_is_exact() -> None:
+    pool = HostKVPool(num_pages=2, page_size=16, layer_num=16, dtype="bfloat16", head_num=8, head_dim=128)
+    assert pool.bytes_per_page == MiB
+    backend = SimBackend(make_config("m", extra_config={"resilience": False}))
+    backend.register_mem_pool_host(pool)
+    key = keys_for(1)
+    assert backend.batch_set_v1(key, torch.arange(16)) == [True]
+    assert backend.last_call_seconds == pytest.approx(100e-6 + MiB / 5e9, rel=1e-12)
+    backend.batch_exists_each(key)
+    assert backend.last_call_seconds == pytest.approx(100e-6, rel=1e-12)
+    total = 2 * 100e-6 + MiB / 5e9
+    assert backend.stats.get("modelled_seconds") == pytest.approx(total, rel=1e-12)
+    assert backend.stats.get("modelled_set_seconds") == pytest.approx(100e-6 + MiB / 5e9, rel=1e-12)
+
+
+def test_read_bandwidth_and_misses_cost_only_latency() -> None:
+    pool = HostKVPool(num_pages=2, page_size=16, layer_num=16, dtype="bfloat16", head_num=8, head_dim=128)
+    backend = SimBackend(
+        make_config("m", extra_config={"sim_write_gbps": 2, "sim_read_gbps": 8.0, "sim_op_latency_us": 50})
+    )
+    backend.register_mem_pool_host(pool)
+    key = keys_for(1)
+    backend.batch_set_v1(key, torch.arange(16))
+    assert backend.last_call_seconds == pytest.approx(50e-6 + MiB / 2e9, rel=1e-12)
+    backend.batch_get_v1(key, torch.arange(16, 32))
+    assert backend.last_call_seconds == pytest.approx(50e-6 + MiB / 8e9, rel=1e-12)
+    backend.batch_get_v1(keys_for(1, "absent"), torch.arange(16, 32))
+    assert backend.last_call_seconds == pytest.approx(50e-6, rel=1e-12)
+
+
+def test_sleep_really_waits_and_default_does_not() -> None:
+    fast = make_backend(sim_op_latency_us=20_000.0)
+    begin = time.perf_counter()
+    fast.batch_exists_each(keys_for(1))
+    assert time.perf_counter() - begin < 0.015
+    slow = make_backend(sim_op_latency_us=20_000.0, sleep=True)
+    begin = time.perf_counter()
+    slow.batch_exists_each(keys_for(1))
+    assert time.perf_counter() - begin >= 0.02
+
+
+# ----------------------------------------------------------------------------- faults and outages
+def _fault_pattern(seed: int, calls: int = 40) -> list[bool]:
+    backend = make_backend(fail_get_rate=0.3, fault_seed=seed)
+    key = keys_for(1)
+    backend.batch_set_v1(key, indices(0, 1))
+    return [backend.batch_get_v1(key, indices(1, 1))[0] for _ in range(calls)]
+
+
+def test_fault_injection_is_deterministic_for_a_seed() -> None:
+    first, again, other = _fault_pattern(11), _fault_pattern(11), _fault_pattern(12)
+    assert first == again
+    assert first != other
+    assert 0 < first.count(False) < len(first)
+
+
+def test_injected_faults_are_counted_and_never_raise() -> None:
+    backend = make_backend(fail_set_rate=1.0, fail_exists_rate=1.0)
+    keys = keys_for(2)
+    assert backend.batch_set_v1(keys, indices(0, 2)) == [False, False]
+    assert "injected set fault" in (backend.get_stats()["last_fault"] or "")
+    assert backend.batch_exists_each(keys) == [False, False]
+    stats = backend.get_stats()
+    assert stats["ops"]["set"]["faults"] == 1 and stats["ops"]["exists"]["faults"] == 1
+    with pytest.raises(BackendFault):
+        backend.write_pages(["k"], [[memoryview(bytearray(4))]])
+
+
+def test_unavailable_store_fails_every_call_until_back() -> None:
+    backend = make_backend()
+    keys = keys_for(1)
+    backend.batch_set_v1(keys, indices(0, 1))
+    backend.set_available(False)
+    assert backend.batch_exists_each(keys) == [False]
+    assert backend.batch_get_v1(keys, indices(1, 1)) == [False]
+    assert backend.batch_set_v1(keys, indices(0, 1)) == [False]
+    assert backend.get_stats()["faults"] == 3
+    backend.set_available(True)
+    assert backend.batch_get_v1(keys, indices(1, 1)) == [True]
+
+
+# ----------------------------------------------------------------------------- capacity
+def test_capacity_evicts_least_recently_used() -> None:
+    pool = make_pool()
+    backend = make_backend(pool, capacity_bytes=3 * pool.bytes_per_page)
+    assert backend.capabilities.may_evict is True
+    keys = keys_for(5)
+    backend.batch_set_v1(keys[:3], indices(0, 3))
+    assert backend.batch_get_v1(keys[:1], indices(5, 1)) == [True]  # key 0 is now most recently used
+    backend.batch_set_v1(keys[3:5], indices(3, 2))
+    assert backend.batch_exists_each(keys) == [True, False, False, True, True]
+    assert backend.stats.get("evictions") == 2
+    assert backend.used_bytes == 3 * pool.bytes_per_page
+
+
+def test_page_larger_than_capacity_is_not_stored() -> None:
+    pool = make_pool()
+    backend = make_backend(pool, capacity_bytes=pool.bytes_per_page - 1)
+    assert backend.batch_set_v1(keys_for(1), indices(0, 1)) == [False]
+    assert backend.used_bytes == 0
+
+
+def test_without_capacity_nothing_is_evicted() -> None:
+    backend = make_backend()
+    assert backend.capabilities.may_evict is False
+    assert backend.capabilities.verifies_integrity is True
+
+
+# ----------------------------------------------------------------------------- keys_only
+def test_keys_only_serves_zeros_and_does_not_claim_integrity() -> None:
+    pool = make_pool()
+    backend = make_backend(pool, keys_only=True)
+    assert backend.capabilities.verifies_integrity is False
+    keys = keys_for(1)
+    assert backend.batch_set_v1(keys, indices(0, 1)) == [True]
+    assert backend.batch_exists_each(keys) == [True]
+    assert backend.batch_get_v1(keys, indices(1, 1)) == [True]
+    assert page_bytes(pool, 1) == bytes(pool.bytes_per_page)
+    assert backend.last_call_seconds == pytest.approx(100e-6 + pool.bytes_per_page / 5e9, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- named stores
+def test_named_store_is_shared_and_survives_restart(store_name: str) -> None:
+    pool = make_pool()
+    keys = keys_for(2)
+    with make_backend(pool, store=store_name) as first:
+        assert first.capabilities.persistent and first.capabilities.shared
+        first.batch_set_v1(keys, indices(0, 2))
+    second = make_backend(pool, store=store_name)
+    assert second.batch_get_v1(keys, indices(2, 2)) == [True, True]
+    assert page_bytes(pool, 2) == page_bytes(pool, 0)
+    assert make_backend(pool).batch_exists_each(keys) == [False, False]
+    private = make_backend(pool)
+    assert not private.capabilities.persistent and not private.capabilities.shared
+
+
+def test_named_store_outage_is_seen_by_every_instance(store_name: str) -> None:
+    first, second = make_backend(store=store_name), make_backend(store=store_name)
+    first.set_available(False)
+    assert second.batch_exists_each(keys_for(1)) == [False]
+    assert second.get_stats()["faults"] == 1
+
+
+def test_named_store_rejects_conflicting_capacity(store_name: str) -> None:
+    make_backend(store=store_name, capacity_bytes=MiB)
+    with pytest.raises(ConfigError) as info:
+        make_backend(store=store_name)
+    assert info.value.option == "extra_config.capacity_bytes"
+
+
+def test_delete_and_clear(store_name: str) -> None:
+    backend = make_backend(store=store_name)
+    keys = keys_for(3)
+    backend.batch_set_v1(keys, indices(0, 3))
+    assert backend.delete(keys[:1]) == [True]
+    assert backend.batch_exists_each(keys) == [False, True, True]
+    backend.clear()
+    assert backend.batch_exists_each(keys) == [False, False, False]
+    assert len(backend.raw_store()) == 0
+
+
+# ----------------------------------------------------------------------------- options and threads
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        ({"sim_write_gbps": 0}, "extra_config.sim_write_gbps"),
+        ({"sim_read_gbps": -1.0}, "extra_config.sim_read_gbps"),
+        ({"sim_op_latency_us": -5}, "extra_config.sim_op_latency_us"),
+        ({"fail_get_rate": 1.5}, "extra_config.fail_get_rate"),
+        ({"fail_set_rate": "often"}, "extra_config.fail_set_rate"),
+        ({"capacity_bytes": 0}, "extra_config.capacity_bytes"),
+        ({"store": 3}, "extra_config.store"),
+        ({"sim_gbps": 5}, "extra_config.sim_gbps"),
+    ],
+)
+def test_bad_options_name_the_option(extra: dict[str, Any], option: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        SimBackend(make_config("m", extra_config=extra))
+    assert info.value.option == option
+
+
+def test_loads_through_the_entry_point() -> None:
+    backend = load_backend("sim", make_config("m", extra_config={"sim_write_gbps": 1}))
+    assert isinstance(backend, SimBackend)
+    assert backend.cost.write_bytes_per_s == 1e9 and backend.cost.read_bytes_per_s == 1e9
+
+
+def test_concurrent_writers_and_readers_stay_consistent() -> None:
+    pool = make_pool(num_pages=16)
+    backend = make_backend(pool, capacity_bytes=6 * pool.bytes_per_page)
+    keys = keys_for(8)
+    errors: list[BaseException] = []
+
+    def work(first_page: int) -> None:
+        try:
+            for _ in range(50):
+                backend.batch_set_v1(keys[:4], indices(first_page, 4))
+                backend.batch_get_v1(keys[4:], indices(first_page, 4))
+                backend.batch_set_v1(keys[4:], indices(first_page, 4))
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(page,)) for page in (0, 8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    assert backend.used_bytes <= 6 * pool.bytes_per_page
+    assert backend.get_stats()["faults"] == 0
+    assert backend.stats.get("integrity_failures") == 0

@@ -1,0 +1,8 @@
+"""Lets ``pytest tests`` import the package from this directory before it is installed."""
+
+import sys
+from pathlib import Path
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)

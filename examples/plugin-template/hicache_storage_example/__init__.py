@@ -1,0 +1,5 @@
+"""The ``example`` backend for hicache-storage: pages kept in process memory."""
+
+from .backend import ExampleBackend, ExampleOptions
+
+__all__ = ["ExampleBackend", "ExampleOptions"]

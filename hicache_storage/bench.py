@@ -1,0 +1,255 @@
+"""Microbenchmark a storage backend: set/get/exists throughput and batch latency, next to its raw client.
+
+Raw baseline hook: a backend class may define ``raw_baseline(config) -> client`` (a static or class
+method) returning an object with ``set(keys, buffers)``, ``get(keys, buffers)`` (fill each buffer),
+``exists(keys)`` and optionally ``close()``, doing the same work with the backend's own client and
+none of the SDK (no key space, no validation, no page format). The ratio column is SDK time / raw
+time for the same pages. Backends without the hook show "no raw baseline".
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from .config import HiCacheStorageConfig, make_config
+from .host_pool import HostKVPool
+from .interface import HiCacheStorage
+from .registry import load_backend, resolve_backend
+
+__all__ = ["OpResult", "RawClient", "add_arguments", "main", "run_bench"]
+
+_PAGE_TOKENS = 64
+OPS = ("set", "exists", "get")
+
+
+class RawClient(Protocol):
+    """What ``raw_baseline(config)`` returns."""
+
+    def set(self, keys: list[str], buffers: list[memoryview]) -> object: ...
+
+    def get(self, keys: list[str], buffers: list[memoryview]) -> object: ...
+
+    def exists(self, keys: list[str]) -> object: ...
+
+
+@dataclass
+class OpResult:
+    """One operation's timings (seconds per batch call) and bytes moved."""
+
+    op: str
+    pages: int
+    nbytes: int
+    latencies: list[float] = field(default_factory=list)
+    ok: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.latencies)
+
+    def summary(self) -> dict[str, float]:
+        lat = np.asarray(self.latencies or [0.0], dtype=np.float64) * 1e3
+        p50, p90, p99 = np.percentile(lat, (50, 90, 99))
+        secs = self.seconds
+        return {
+            "calls": len(self.latencies),
+            "pages": self.pages,
+            "ok": self.ok,
+            "seconds": secs,
+            "gb_per_s": self.nbytes / secs / 1e9 if secs and self.nbytes else 0.0,
+            "pages_per_s": self.pages / secs if secs else 0.0,
+            "p50_ms": float(p50),
+            "p90_ms": float(p90),
+            "p99_ms": float(p99),
+        }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``bench`` sub-command's arguments."""
+    parser.add_argument("backend", help="backend name or module:Class")
+    parser.add_argument("--config", help="backend options (extra_config) as JSON or @file")
+    parser.add_argument("--page-bytes", type=int, default=65536, help="bytes per page (multiple of 128)")
+    parser.add_argument("--pages", type=int, default=1024, help="pages written, checked and read (default 1024)")
+    parser.add_argument("--batch", type=int, default=128, help="pages per call (default 128)")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+
+
+def _pool(page_bytes: int, pages: int) -> HostKVPool:
+    if page_bytes < 2 * _PAGE_TOKENS or page_bytes % (2 * _PAGE_TOKENS):
+        raise ValueError(f"--page-bytes must be a positive multiple of {2 * _PAGE_TOKENS}, got {page_bytes}")
+    head_dim = page_bytes // (2 * _PAGE_TOKENS)
+    return HostKVPool(
+        num_pages=pages, page_size=_PAGE_TOKENS, layer_num=1, head_dim=head_dim, dtype="uint8", pin_memory=False
+    )
+
+
+def _batches(count: int, batch: int) -> list[range]:
+    return [range(start, min(start + batch, count)) for start in range(0, count, batch)]
+
+
+def _indices(pool: HostKVPool, pages: range) -> torch.Tensor:
+    return torch.arange(pages.start * pool.page_size, pages.stop * pool.page_size, dtype=torch.int64)
+
+
+def _timed(result: OpResult, call: Callable[[], int]) -> None:
+    begin = time.perf_counter()
+    ok = call()
+    result.latencies.append(time.perf_counter() - begin)
+    result.ok += ok
+
+
+def _sdk_run(backend: HiCacheStorage, pool: HostKVPool, keys: list[str], batch: int) -> dict[str, OpResult]:
+    page_bytes = pool.bytes_per_page
+    results = {op: OpResult(op, len(keys), page_bytes * len(keys) if op != "exists" else 0) for op in OPS}
+    for op in OPS:
+        for pages in _batches(len(keys), batch):
+            chunk, idx = keys[pages.start : pages.stop], _indices(pool, pages)
+
+            def call(op: str = op, chunk: list[str] = chunk, idx: torch.Tensor = idx) -> int:
+                if op == "exists":
+                    return backend.batch_exists(chunk)
+                method = backend.batch_set_v1 if op == "set" else backend.batch_get_v1
+                return sum(method(chunk, idx))
+
+            _timed(results[op], call)
+    return results
+
+
+def _raw_run(client: RawClient, pool: HostKVPool, keys: list[str], batch: int) -> dict[str, OpResult]:
+    page_bytes = pool.bytes_per_page
+    flat = [pool.get_data_page(i * pool.page_size).view(torch.uint8).numpy().data for i in range(len(keys))]
+    results = {op: OpResult(op, len(keys), page_bytes * len(keys) if op != "exists" else 0) for op in OPS}
+    for op in OPS:
+        for pages in _batches(len(keys), batch):
+            chunk, bufs = keys[pages.start : pages.stop], flat[pages.start : pages.stop]
+
+            def call(op: str = op, chunk: list[str] = chunk, bufs: list[memoryview] = bufs) -> int:
+                out = client.exists(chunk) if op == "exists" else getattr(client, op)(chunk, bufs)
+                return len(chunk) if out is None else _count_ok(out, len(chunk))
+
+            _timed(results[op], call)
+    return results
+
+
+def _count_ok(out: object, default: int) -> int:
+    if isinstance(out, bool):
+        return default if out else 0
+    if isinstance(out, int):
+        return out
+    if isinstance(out, (list, tuple)):
+        return sum(1 for item in out if item)
+    return default
+
+
+def raw_client_for(cls: type[HiCacheStorage], config: HiCacheStorageConfig) -> RawClient | None:
+    """The backend's raw client from its ``raw_baseline`` hook, or ``None``."""
+    hook = getattr(cls, "raw_baseline", None)
+    if hook is None:
+        return None
+    client: RawClient | None = hook(config)
+    return client
+
+
+def run_bench(
+    backend: str, options: dict[str, Any] | None = None, *, page_bytes: int = 65536, pages: int = 1024, batch: int = 128
+) -> dict[str, Any]:
+    """Benchmark ``backend``; returns ``{"sdk": {op: summary}, "raw": {...} | None, "ratio": {...}, ...}``."""
+    if pages < 1 or batch < 1:
+        raise ValueError(f"--pages and --batch must be positive, got {pages} and {batch}")
+    pool = _pool(page_bytes, pages)
+    content = np.random.default_rng(0).integers(0, 256, size=pool.kv_buffer.numel(), dtype=np.uint8)
+    pool.kv_buffer.view(-1).numpy()[:] = content
+    keys = [hashlib.sha256(f"bench-{i}".encode()).hexdigest() for i in range(pages)]
+    config = make_config("bench", extra_config=dict(options or {}))
+    instance = load_backend(backend, config)
+    try:
+        instance.register_mem_pool_host(pool)
+        if instance.capabilities.supports_clear:
+            instance.clear()
+        sdk = _sdk_run(instance, pool, keys, batch)
+        modelled = instance.stats.get("modelled_seconds") if hasattr(instance, "last_call_seconds") else None
+        exact = bool(np.array_equal(pool.kv_buffer.view(-1).numpy(), content))
+    finally:
+        instance.close()
+    cls, _info = resolve_backend(backend)
+    client = raw_client_for(cls, make_config("bench", extra_config=dict(options or {})))
+    raw = None
+    if client is not None:
+        try:
+            raw = _raw_run(client, pool, keys, batch)
+        finally:
+            close = getattr(client, "close", None)
+            if close is not None:
+                close()
+    sdk_summary = {op: r.summary() for op, r in sdk.items()}
+    raw_summary = {op: r.summary() for op, r in raw.items()} if raw else None
+    ratio = (
+        {op: sdk[op].seconds / raw[op].seconds if raw[op].seconds else None for op in OPS} if raw is not None else None
+    )
+    return {
+        "backend": backend,
+        "page_bytes": pool.bytes_per_page,
+        "pages": pages,
+        "batch": batch,
+        "byte_exact": exact,
+        "modelled_seconds": modelled,
+        "sdk": sdk_summary,
+        "raw": raw_summary,
+        "ratio_sdk_over_raw": ratio,
+    }
+
+
+def _table(result: dict[str, Any]) -> Table:
+    raw = result["raw"]
+    table = Table(
+        title=f"bench {result['backend']}: {result['pages']} pages of {result['page_bytes']:,} B, "
+        f"batches of {result['batch']}" + ("" if raw else " (no raw baseline)")
+    )
+    for column in ("op", "calls", "GB/s", "pages/s", "p50 ms", "p90 ms", "p99 ms", "raw GB/s", "ratio"):
+        table.add_column(column, justify="right")
+    for op in OPS:
+        row = result["sdk"][op]
+        raw_row = raw[op] if raw else None
+        ratio = result["ratio_sdk_over_raw"][op] if raw else None
+        table.add_row(
+            op,
+            str(row["calls"]),
+            f"{row['gb_per_s']:.3f}" if op != "exists" else "-",
+            f"{row['pages_per_s']:,.0f}",
+            f"{row['p50_ms']:.3f}",
+            f"{row['p90_ms']:.3f}",
+            f"{row['p99_ms']:.3f}",
+            (f"{raw_row['gb_per_s']:.3f}" if op != "exists" else "-") if raw_row else "",
+            f"{ratio:.2f}x" if ratio is not None else "",
+        )
+    return table
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    """Run the ``bench`` sub-command; returns the exit status (1 if the data read back differs)."""
+    from .commands import parse_json_option
+
+    result = run_bench(
+        args.backend, parse_json_option(args.config), page_bytes=args.page_bytes, pages=args.pages, batch=args.batch
+    )
+    console.print(_table(result))
+    if result["raw"] is None:
+        console.print("no raw baseline: the backend defines no raw_baseline(config) hook", highlight=False)
+    if result["modelled_seconds"] is not None:
+        console.print(f"modelled storage time (sim cost model): {result['modelled_seconds']:.4f} s", highlight=False)
+    if not result["byte_exact"]:
+        console.print("[red]data read back differs from what was written[/]")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return 0 if result["byte_exact"] else 1

@@ -1,0 +1,1 @@
+"""Integrations of hicache-storage backends with serving engines (``hicache_storage.integrations.sglang``)."""

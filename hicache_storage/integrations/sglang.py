@@ -1,0 +1,301 @@
+"""Run any hicache-storage backend inside SGLang through its ``dynamic`` storage backend.
+
+Launch SGLang with::
+
+    --enable-hierarchical-cache --hicache-storage-backend dynamic
+    --hicache-storage-backend-extra-config '{"backend_name": "hicache_storage",
+        "module_path": "hicache_storage.integrations.sglang", "class_name": "SGLangBackend",
+        "interface_v1": 1, "backend": "file", "path": "/var/cache/hicache"}'
+
+``backend`` names the SDK backend (an entry point such as ``file``, or ``module:Class``); the other
+keys of the dict are that backend's options, plus the SDK's own (``namespace``, ``resilience`` ...).
+:func:`extra_config_for` and :func:`launch_args` build these values.
+
+SGLang's loader requires a subclass of its own ``HiCacheStorage``: when ``sglang`` is importable,
+:class:`SGLangBackend` subclasses it; otherwise it is a plain class with the same surface (for
+tests and tools). Batch calls never raise: SGLang's prefetch and backup threads die on any
+exception, so every error becomes a miss / ``False`` / ``0`` and is counted in :meth:`sdk_stats`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..config import HiCacheStorageConfig
+from ..errors import ConfigError
+from ..interface import HiCacheStorage
+from ..page_buffers import pool_page_bytes
+from ..registry import load_backend
+
+__all__ = ["LOADER_KEYS", "SGLangBackend", "extra_config_for", "launch_args", "sdk_config", "sglang_available"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The keys SGLang's ``dynamic`` loader needs to find :class:`SGLangBackend`.
+LOADER_KEYS: dict[str, Any] = {
+    "backend_name": "hicache_storage",
+    "module_path": __name__,
+    "class_name": "SGLangBackend",
+    "interface_v1": 1,
+}
+
+#: Per-batch samples kept between two ``get_stats()`` calls (older ones are dropped).
+_MAX_SAMPLES = 4096
+
+
+def _sglang_base() -> type[Any]:
+    try:
+        from sglang.srt.mem_cache.hicache_storage import HiCacheStorage as SGLangHiCacheStorage
+    except Exception:  # sglang absent or not importable here: a plain base class
+        return object
+    return SGLangHiCacheStorage  # type: ignore[no-any-return]
+
+
+if TYPE_CHECKING:
+    _Base = object
+else:
+    _Base = _sglang_base()
+
+
+def sglang_available() -> bool:
+    """Whether :class:`SGLangBackend` subclasses SGLang's ``HiCacheStorage`` in this process."""
+    return _Base is not object
+
+
+@lru_cache(maxsize=1)
+def _storage_metrics_class() -> type[Any] | None:
+    """SGLang's ``StorageMetrics`` (what its metrics collector expects from ``get_stats``), if importable."""
+    try:
+        from sglang.srt.observability.metrics_collector import StorageMetrics
+    except Exception:
+        return None
+    return StorageMetrics  # type: ignore[no-any-return]
+
+
+def extra_config_for(backend: str, **options: Any) -> dict[str, Any]:
+    """The ``--hicache-storage-backend-extra-config`` dict running SDK backend ``backend`` with ``options``."""
+    return {**LOADER_KEYS, "backend": backend, **options}
+
+
+def launch_args(backend: str, **options: Any) -> list[str]:
+    """SGLang command-line arguments that run SDK backend ``backend`` with ``options``."""
+    return [
+        "--enable-hierarchical-cache",
+        "--hicache-storage-backend",
+        "dynamic",
+        "--hicache-storage-backend-extra-config",
+        json.dumps(extra_config_for(backend, **options), separators=(",", ":")),
+    ]
+
+
+def sdk_config(storage_config: Any) -> HiCacheStorageConfig:
+    """Our :class:`HiCacheStorageConfig` from SGLang's (same fields; older SGLang lacks a few)."""
+    if isinstance(storage_config, HiCacheStorageConfig):
+        return storage_config
+    values: dict[str, Any] = {}
+    for field in fields(HiCacheStorageConfig):
+        if hasattr(storage_config, field.name):
+            values[field.name] = getattr(storage_config, field.name)
+        elif field.default is MISSING:
+            raise ConfigError(f"storage_config.{field.name}", "missing from the engine's storage config")
+    values["extra_config"] = dict(values.get("extra_config") or {})
+    if int(values.get("dcp_size") or 1) > 1:
+        raise ConfigError(
+            "storage_config.dcp_size",
+            f"decode context parallelism (dcp_size={values['dcp_size']}) is not supported by this adapter",
+        )
+    return HiCacheStorageConfig(**values)
+
+
+def _count(keys: Any) -> int:
+    try:
+        return len(keys)
+    except Exception:
+        return 0
+
+
+class SGLangBackend(_Base):
+    """An SDK backend (chosen by ``extra_config["backend"]``) behind SGLang's storage interface.
+
+    Built by SGLang as ``SGLangBackend(storage_config, kwargs)``; the host pool arrives later
+    through :meth:`register_mem_pool_host`. ``self.backend`` is the SDK backend, loaded through the
+    registry with the resilience policy of ``extra_config["resilience"]``.
+    """
+
+    def __init__(self, storage_config: Any, kwargs: dict[str, Any] | None = None) -> None:
+        config = sdk_config(storage_config)
+        name = (config.extra_config or {}).get("backend")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(
+                "extra_config.backend",
+                "name the hicache-storage backend to run: an entry point such as 'file' or 'sim', or 'module:Class'",
+            )
+        self.storage_config = storage_config
+        self.config = config
+        self.backend_name = name
+        self.backend: HiCacheStorage = load_backend(name, config)
+        self.mem_pool_host: Any = None
+        self._page_bytes = 0
+        self._lock = threading.Lock()
+        self._errors: dict[str, int] = {}
+        self._last_error: str | None = None
+        self._metrics_enabled = bool(getattr(storage_config, "enable_storage_metrics", False))
+        self._samples: dict[str, deque[float]] = {
+            name: deque(maxlen=_MAX_SAMPLES)
+            for name in ("prefetch_pgs", "backup_pgs", "prefetch_bandwidth", "backup_bandwidth")
+        }
+
+    # ------------------------------------------------------------ guards
+    def _guard(self, op: str, fallback: T, call: Callable[[], T]) -> T:
+        """Run ``call``; any exception becomes ``fallback`` and is counted (never reaches SGLang)."""
+        try:
+            return call()
+        except Exception as error:
+            with self._lock:
+                count = self._errors.get(op, 0) + 1
+                self._errors[op] = count
+                self._last_error = f"{op}: {type(error).__name__}: {error}"[:500]
+            if count & (count - 1) == 0:  # log the 1st, 2nd, 4th, 8th ... error of each call
+                logger.warning("hicache-storage %s failed (%d so far): %s", op, count, self._last_error)
+            return fallback
+
+    def _record(self, direction: str, pages: int, ok: int, seconds: float) -> None:
+        if not self._metrics_enabled or pages == 0:
+            return
+        with self._lock:
+            self._samples[f"{direction}_pgs"].append(pages)
+            if seconds > 0:
+                self._samples[f"{direction}_bandwidth"].append(ok * self._page_bytes / seconds / 1e9)
+
+    # ------------------------------------------------------------ set-up
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        """Attach SGLang's host pool; a pool the backend cannot serve raises here, at start-up."""
+        self.backend.register_mem_pool_host(mem_pool_host)
+        self.mem_pool_host = mem_pool_host
+        self._page_bytes = pool_page_bytes(mem_pool_host)
+
+    # ------------------------------------------------------------ zero-copy (v1)
+    def batch_get_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> list[bool]:
+        """Read pages into host-pool slots; one bool per key, never raises."""
+        begin = time.perf_counter()
+        result = self._guard(
+            "batch_get_v1", [False] * _count(keys), lambda: self.backend.batch_get_v1(keys, host_indices, extra_info)
+        )
+        self._record("prefetch", len(result), sum(result), time.perf_counter() - begin)
+        return result
+
+    def batch_set_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> list[bool]:
+        """Write pages from host-pool slots; one bool per key, never raises."""
+        begin = time.perf_counter()
+        result = self._guard(
+            "batch_set_v1", [False] * _count(keys), lambda: self.backend.batch_set_v1(keys, host_indices, extra_info)
+        )
+        self._record("backup", len(result), sum(result), time.perf_counter() - begin)
+        return result
+
+    # ------------------------------------------------------------ generic (v0)
+    def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Any:
+        """One flat page, or ``None`` for a miss or an error."""
+        return self._guard("get", None, lambda: self.backend.get(key, target_location, target_sizes))
+
+    def batch_get(self, keys: list[str], target_locations: Any = None, target_sizes: Any = None) -> list[Any]:
+        """Flat pages (``None`` per miss); all ``None`` on an error."""
+        begin = time.perf_counter()
+        result: list[Any] = self._guard(
+            "batch_get",
+            [None] * _count(keys),
+            lambda: self.backend.batch_get(keys, target_locations, target_sizes),
+        )
+        hits = sum(item is not None for item in result)
+        self._record("prefetch", len(result), hits, time.perf_counter() - begin)
+        return result
+
+    def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
+        """Write one flat page; ``False`` on an error."""
+        return self._guard("set", False, lambda: self.backend.set(key, value, target_location, target_sizes))
+
+    def batch_set(
+        self, keys: list[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None
+    ) -> bool:
+        """Write flat pages; ``True`` only if all were stored."""
+        begin = time.perf_counter()
+        each = self._guard("batch_set", [False] * _count(keys), lambda: self.backend.batch_set_each(keys, values))
+        self._record("backup", len(each), sum(each), time.perf_counter() - begin)
+        return all(each)
+
+    # ------------------------------------------------------------ existence
+    def exists(self, key: str) -> bool:
+        """Whether one page is stored; ``False`` on an error."""
+        return self._guard("exists", False, lambda: self.backend.exists(key))
+
+    def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
+        """Leading run of stored pages (SGLang's semantics); ``0`` on an error."""
+        return self._guard("batch_exists", 0, lambda: self.backend.batch_exists(keys, extra_info))
+
+    # ------------------------------------------------------------ multi-pool (v2): not served
+    def batch_exists_v2(self, keys: list[str], pool_transfers: Any = None, extra_info: Any = None) -> Any:
+        """Sidecar pools (Mamba, SWA ...) are not stored by this adapter: reports no hit."""
+        from sglang.srt.mem_cache.hicache_storage import PoolTransferResult
+
+        return PoolTransferResult.empty()
+
+    def batch_get_v2(self, transfers: list[Any], extra_info: Any = None) -> dict[str, list[bool]]:
+        """Sidecar pools are not stored by this adapter: every page is a miss."""
+        return {str(t.name): [False] * _count(t.keys or []) for t in transfers}
+
+    def batch_set_v2(self, transfers: list[Any], extra_info: Any = None) -> dict[str, list[bool]]:
+        """Sidecar pools are not stored by this adapter: every write fails."""
+        return {str(t.name): [False] * _count(t.keys or []) for t in transfers}
+
+    # ------------------------------------------------------------ maintenance
+    def clear(self) -> bool:
+        """Remove every page of the backend's location; ``False`` if unsupported or failed."""
+
+        def run() -> bool:
+            self.backend.clear()
+            return True
+
+        return self._guard("clear", False, run)
+
+    def close(self) -> None:
+        """Close the SDK backend (idempotent; errors are counted, not raised)."""
+        self._guard("close", None, self.backend.close)
+
+    def sdk_stats(self) -> dict[str, Any]:
+        """The SDK backend's ``get_stats()`` plus this adapter's error counters."""
+        empty: dict[str, Any] = {}
+        stats = self._guard("get_stats", empty, self.backend.get_stats)
+        with self._lock:
+            stats["adapter"] = {"errors": dict(self._errors), "last_error": self._last_error}
+        return stats
+
+    def get_stats(self) -> Any:
+        """SGLang's ``StorageMetrics`` (per-batch page counts and GB/s since the last call).
+
+        Inside SGLang this returns a ``StorageMetrics`` (or ``None`` if that class cannot be
+        imported), with the SDK's counters attached as ``.hicache_storage``. Without SGLang it
+        returns :meth:`sdk_stats`.
+        """
+        metrics_cls = _storage_metrics_class()
+        if metrics_cls is None:
+            return self.sdk_stats() if not sglang_available() else None
+        metrics = metrics_cls()
+        with self._lock:
+            for name, samples in self._samples.items():
+                getattr(metrics, name).extend(samples)
+                samples.clear()
+        metrics.hicache_storage = self.sdk_stats()
+        return metrics
+
+    def __repr__(self) -> str:
+        return f"<SGLangBackend backend={self.backend_name!r} inner={self.backend!r}>"

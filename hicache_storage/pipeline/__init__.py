@@ -1,0 +1,38 @@
+"""Reference buffer-only pipeline: device pool ⇄ host staging pool ⇄ storage.
+
+Import what an engine needs from here::
+
+    from hicache_storage.pipeline import BufferOnlyPipeline, PipelineConfig, DeviceKVPool, Span, PrefetchRequest
+"""
+
+from __future__ import annotations
+
+from .buffer_cache import BufferPageCache
+from .config import HOST_MEMORY_MODES, WRITE_POLICIES, PipelineConfig
+from .copy_engine import CopyEngine, CopyHandle
+from .device_pool import DeviceKVPool
+from .existence import StorageExistenceCache
+from .metrics import PipelineMetrics
+from .pipeline import BufferOnlyPipeline, InvariantViolation
+from .types import Admission, BackupDecision, BackupResult, PrefetchRequest, PrefetchState, PrefetchStatus, Span
+
+__all__ = [
+    "HOST_MEMORY_MODES",
+    "WRITE_POLICIES",
+    "Admission",
+    "BackupDecision",
+    "BackupResult",
+    "BufferOnlyPipeline",
+    "BufferPageCache",
+    "CopyEngine",
+    "CopyHandle",
+    "DeviceKVPool",
+    "InvariantViolation",
+    "PipelineConfig",
+    "PipelineMetrics",
+    "PrefetchRequest",
+    "PrefetchState",
+    "PrefetchStatus",
+    "Span",
+    "StorageExistenceCache",
+]

@@ -1,0 +1,204 @@
+"""A device KV pool with the host pool's geometry and a page-granular allocator with owner tags."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError, HostPoolError
+from ..host_pool import HostKVPool, parse_dtype
+
+__all__ = ["DeviceKVPool", "page_view"]
+
+
+def page_view(buffer: torch.Tensor, num_pages: int, segments: int) -> torch.Tensor:
+    """View of a pool buffer as ``(segments, pages, elements per page segment)`` (no copy).
+
+    Every SGLang layout keeps the token (or page) dimension after the dimensions that split a page
+    into segments, so one reshape gives a uniform page-indexed view of any layout.
+    """
+    return buffer.view(segments, num_pages, -1)
+
+
+class DeviceKVPool:
+    """KV pool on ``device`` (CPU tensors stand in for a GPU) laid out like a :class:`HostKVPool`.
+
+    Token indices are page aligned; :meth:`alloc` hands out whole pages tagged with an owner and
+    :meth:`free` refuses pages that are not allocated. ``kv_buffer`` has the host pool's shape for
+    the same layout, so :func:`page_view` applies to both.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_pages: int,
+        page_size: int,
+        layer_num: int,
+        dtype: str | torch.dtype = "bfloat16",
+        layout: str = "page_first",
+        is_mla: bool = False,
+        head_num: int = 1,
+        head_dim: int = 1,
+        kv_cache_dim: int = 1,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        # A one-page host pool validates the geometry and computes the shapes once.
+        probe = HostKVPool(
+            num_pages=1,
+            page_size=page_size,
+            layer_num=layer_num,
+            dtype=dtype,
+            layout=layout,
+            is_mla=is_mla,
+            head_num=head_num,
+            head_dim=head_dim,
+            kv_cache_dim=kv_cache_dim,
+            pin_memory=False,
+        )
+        if isinstance(num_pages, bool) or not isinstance(num_pages, int) or num_pages < 1:
+            raise ConfigError("num_pages", f"must be a positive int, got {num_pages!r}")
+        self.device = torch.device(device)
+        self.layout = layout
+        self.is_mla = is_mla
+        self.page_size = page_size
+        self.page_num = num_pages
+        self.size = num_pages * page_size
+        self.layer_num = layer_num
+        self.dtype = parse_dtype(dtype)
+        self.head_num = probe.head_num
+        self.head_dim = probe.head_dim
+        self.kv_cache_dim = kv_cache_dim
+        self.size_per_token = probe.size_per_token
+        self.bytes_per_page = probe.bytes_per_page
+        self.segments_per_page = probe.segments_per_page
+        shape = list(probe.kv_buffer.shape)
+        # The page/token dimension comes right after the segment dimensions.
+        dim = _page_dim(layout, is_mla)
+        shape[dim] = shape[dim] * num_pages
+        self.kv_buffer = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.pages = page_view(self.kv_buffer, num_pages, self.segments_per_page)
+        self._free: list[int] = list(range(num_pages - 1, -1, -1))
+        self._owners: dict[int, object] = {}
+
+    @classmethod
+    def like(cls, host_pool: HostKVPool, num_pages: int, device: str | torch.device = "cpu") -> DeviceKVPool:
+        """A device pool of ``num_pages`` pages with ``host_pool``'s geometry."""
+        return cls(
+            num_pages=num_pages,
+            page_size=host_pool.page_size,
+            layer_num=host_pool.layer_num,
+            dtype=host_pool.dtype,
+            layout=host_pool.layout,
+            is_mla=host_pool.is_mla,
+            head_num=host_pool.head_num,
+            head_dim=host_pool.head_dim,
+            kv_cache_dim=host_pool.kv_cache_dim,
+            device=device,
+        )
+
+    def host_pool(self, num_pages: int, pin_memory: bool | None = None) -> HostKVPool:
+        """A :class:`HostKVPool` of ``num_pages`` pages with this pool's geometry."""
+        if pin_memory is None:
+            pin_memory = self.device.type == "cuda"
+        return HostKVPool(
+            num_pages=num_pages,
+            page_size=self.page_size,
+            layer_num=self.layer_num,
+            dtype=self.dtype,
+            layout=self.layout,
+            is_mla=self.is_mla,
+            head_num=self.head_num,
+            head_dim=self.head_dim,
+            kv_cache_dim=self.kv_cache_dim,
+            pin_memory=pin_memory,
+        )
+
+    # ----------------------------------------------------------------- allocator
+    @property
+    def free_pages(self) -> int:
+        """Pages not allocated."""
+        return len(self._free)
+
+    @property
+    def used_pages(self) -> int:
+        """Pages allocated."""
+        return self.page_num - len(self._free)
+
+    def alloc(self, num_tokens: int, owner: object = None) -> torch.Tensor | None:
+        """Token indices of ``num_tokens // page_size`` whole pages, or ``None`` when too few are free."""
+        if num_tokens < 0 or num_tokens % self.page_size:
+            raise HostPoolError(f"alloc({num_tokens}): expected a non-negative multiple of page_size={self.page_size}")
+        count = num_tokens // self.page_size
+        if count > len(self._free):
+            return None
+        pages = [self._free.pop() for _ in range(count)]
+        for page in pages:
+            self._owners[page] = owner
+        return pages_to_tokens(pages, self.page_size)
+
+    def free(self, indices: Sequence[int] | torch.Tensor) -> int:
+        """Return the pages of ``indices`` (token indices); raises :class:`HostPoolError` on a double free."""
+        pages = tokens_to_pages(indices, self.page_size, self.size)
+        if len(set(pages)) != len(pages):
+            raise HostPoolError(f"free(): the same page appears twice in one call: {pages}")
+        unowned = [page for page in pages if page not in self._owners]
+        if unowned:
+            raise HostPoolError(f"free(): device pages {unowned} are not allocated (double free?)")
+        for page in pages:
+            del self._owners[page]
+        self._free.extend(reversed(pages))  # popped back in ascending order: copies merge into runs
+        return len(pages) * self.page_size
+
+    def owners(self) -> dict[int, Any]:
+        """Snapshot of page number → owner for every allocated page."""
+        return dict(self._owners)
+
+    def __repr__(self) -> str:
+        kind = "MLA" if self.is_mla else "MHA"
+        return f"DeviceKVPool({kind}, {self.layout}, {self.device}, pages={self.page_num}x{self.page_size} tokens)"
+
+
+def _page_dim(layout: str, is_mla: bool) -> int:
+    if is_mla:
+        return 1 if layout == "layer_first" else 0
+    return 2 if layout == "layer_first" else 1
+
+
+def pages_to_tokens(pages: Sequence[int], page_size: int) -> torch.Tensor:
+    """Token indices of whole pages, in order."""
+    if not pages:
+        return torch.empty(0, dtype=torch.int64)
+    base = torch.tensor(list(pages), dtype=torch.int64)[:, None] * page_size
+    return (base + torch.arange(page_size, dtype=torch.int64)).reshape(-1)
+
+
+def tokens_to_pages(indices: Sequence[int] | torch.Tensor, page_size: int, size: int) -> list[int]:
+    """Page numbers of page-aligned token indices; raises :class:`HostPoolError` if not whole pages in range."""
+    if isinstance(indices, torch.Tensor):
+        flat = indices.reshape(-1).to("cpu", torch.int64)
+    else:
+        flat = torch.tensor([int(i) for i in indices], dtype=torch.int64)
+    if flat.numel() % page_size:
+        raise HostPoolError(f"{flat.numel()} token indices is not a whole number of pages of {page_size}")
+    if flat.numel() == 0:
+        return []
+    starts = flat[::page_size]
+    bad = bool(((starts % page_size != 0) | (starts < 0) | (starts >= size)).any())
+    if not bad and page_size > 1:
+        grid = flat.view(-1, page_size) - starts[:, None]
+        bad = not torch.equal(grid, _offsets(page_size).expand_as(grid))
+    if bad:
+        raise HostPoolError("token indices must be whole, page-aligned pages inside the pool")
+    return (starts // page_size).tolist()  # type: ignore[no-any-return]
+
+
+_OFFSETS: dict[int, torch.Tensor] = {}
+
+
+def _offsets(page_size: int) -> torch.Tensor:
+    offsets = _OFFSETS.get(page_size)
+    if offsets is None:
+        offsets = _OFFSETS[page_size] = torch.arange(page_size, dtype=torch.int64)
+    return offsets

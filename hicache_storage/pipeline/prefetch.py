@@ -1,0 +1,313 @@
+"""Load-back path: lookup, host allocation (or parking), read, staging, admission to the device."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import InvalidRequestError
+from .buffer_cache import BufferPageCache
+from .copy_engine import CopyHandle
+from .parts import StageParts
+from .types import Admission, PrefetchRequest, PrefetchState, PrefetchStatus
+
+__all__ = ["PrefetchStage"]
+
+_FINISHED_KEPT = 16384
+
+
+@dataclass
+class _Load:
+    request: PrefetchRequest
+    start: int  # first page (index into request.hashes) looked up
+    state: PrefetchState
+    since_tick: int
+    hit_pages: int = 0
+    hashes: list[str] = field(default_factory=list)  # pages held, in chain order
+    pages: list[int] = field(default_factory=list)  # host page of each
+    owned: list[bool] = field(default_factory=list)  # allocated by this load (else a retained reference)
+    staged_at: float = 0.0
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        return ("load", self.request.request_id)
+
+
+@dataclass
+class _Copy:
+    handle: CopyHandle
+    hashes: list[str]
+    pages: list[int]
+    owned: list[bool]
+    owner: tuple[str, str]
+
+
+class PrefetchStage:
+    """Prefetches move QUERYING → (PARKED →) STAGED → ADMITTED, or end as MISS, ABORTED, TIMED_OUT.
+
+    Host pages are allocated exactly to the hit; a request that cannot get them is parked, and
+    parked requests are served first, in arrival order. A read keeps only its leading run of
+    pages read successfully. Staged pages are held until :meth:`admit`, :meth:`abort` or the
+    timeout; after the host→device copy has landed they are freed (or retained).
+    """
+
+    def __init__(self, parts: StageParts) -> None:
+        self.config = parts.config
+        self.device_pool = device_pool = parts.device_pool
+        self.staging = parts.staging
+        self.copier = parts.copier
+        self.storage = parts.storage
+        self.existence = parts.existence
+        self.metrics = parts.metrics
+        self.clock = parts.clock
+        self.log = parts.log
+        self.page_size = device_pool.page_size
+        self.page_bytes = device_pool.bytes_per_page
+        self.retained: BufferPageCache | None = self.staging.retained
+        self.active: dict[str, _Load] = {}
+        self.new: deque[_Load] = deque()
+        self.parked: deque[_Load] = deque()
+        self.copies: list[_Copy] = []
+        self.finished: OrderedDict[str, PrefetchStatus] = OrderedDict()
+        self.events: list[PrefetchStatus] = []
+        self.tick = 0
+
+    # ------------------------------------------------------------ engine calls
+    def submit(self, request: PrefetchRequest) -> None:
+        """Queue a lookup for the next tick. Raises :class:`InvalidRequestError` for a bad request."""
+        if request.request_id in self.active:
+            raise InvalidRequestError(f"prefetch {request.request_id!r} is already in progress")
+        start = self._splice_pages(request.splice_point)
+        if start > len(request.hashes):
+            raise InvalidRequestError(
+                f"prefetch {request.request_id!r}: splice_point {request.splice_point} is beyond its "
+                f"{len(request.hashes)} pages"
+            )
+        load = _Load(request, start, PrefetchState.QUERYING, self.tick)
+        self.active[request.request_id] = load
+        self.finished.pop(request.request_id, None)
+        self.new.append(load)
+        self.metrics.add("prefetch_requests")
+
+    def admit(self, request_id: str, splice_point: int) -> Admission:
+        """Load the staged pages that continue the device prefix at ``splice_point`` tokens.
+
+        If the device prefix grew since the prefetch, the staged pages it now covers are dropped;
+        if it shrank, none of the staged pages attaches to it and all are dropped. A prefetch not
+        yet staged is cancelled. Device pages come from the device pool (owner ``request_id``);
+        when it is short of pages the load is trimmed to what fits.
+        """
+        new_start = self._splice_pages(splice_point)
+        empty = Admission(request_id, splice_point, (), torch.empty(0, dtype=torch.int64))
+        load = self.active.get(request_id)
+        if load is None:
+            return empty
+        if load.state is not PrefetchState.STAGED:
+            self._end(load, PrefetchState.ADMITTED)
+            self.log("admit", request_id, 0)
+            return empty
+        skip = new_start - load.start
+        use = 0 if skip < 0 else max(0, len(load.pages) - skip)
+        use = min(use, self.device_pool.free_pages)
+        first = max(skip, 0)
+        device_tokens = self.device_pool.alloc(use * self.page_size, owner=request_id)
+        assert device_tokens is not None
+        device_pages = device_tokens[:: self.page_size].div(self.page_size, rounding_mode="floor").tolist()
+        now = self.clock()
+        self.metrics.observe("staged_wait", now - load.staged_at)
+        keep = range(first, first + use)
+        handle = self.copier.host_to_device([load.pages[i] for i in keep], device_pages)
+        self.metrics.observe("host_to_device", self.clock() - now)
+        self.copies.append(
+            _Copy(
+                handle,
+                [load.hashes[i] for i in keep],
+                [load.pages[i] for i in keep],
+                [load.owned[i] for i in keep],
+                load.owner,
+            )
+        )
+        loaded_hashes = tuple(load.hashes[i] for i in keep)
+        discard = [i for i in range(len(load.pages)) if i not in keep]
+        self.staging.release(
+            [load.hashes[i] for i in discard],
+            [load.pages[i] for i in discard],
+            [load.owned[i] for i in discard],
+            len(discard),
+        )
+        self.metrics.add("prefetch_loaded_tokens", use * self.page_size)
+        self.metrics.add("prefetch_discarded_tokens", len(discard) * self.page_size)
+        self.metrics.add("bytes_host_to_device", use * self.page_bytes)
+        load.hashes, load.pages, load.owned = [], [], []
+        self._end(load, PrefetchState.ADMITTED)
+        self.log("admit", request_id, use)
+        return Admission(request_id, splice_point, loaded_hashes, device_tokens, handle.event)
+
+    def abort(self, request_id: str) -> bool:
+        """Release everything a prefetch holds; ``False`` if it is not in progress."""
+        load = self.active.get(request_id)
+        if load is None:
+            return False
+        self.metrics.add("prefetch_aborts")
+        self._discard(load, PrefetchState.ABORTED)
+        self.log("abort", request_id)
+        return True
+
+    # ------------------------------------------------------------ tick
+    def run(self, tick: int) -> None:
+        """One tick of the load path: finished copies, timeouts, parked requests, new lookups."""
+        self.tick = tick
+        self.complete_copies(wait=False)
+        self._expire()
+        while self.parked:
+            if not self._try_stage(self.parked[0]):
+                break
+            self.parked.popleft()
+        while self.new:
+            load = self.new.popleft()
+            if load.state is not PrefetchState.QUERYING:
+                continue  # aborted before its lookup
+            self._lookup(load)
+            if load.state is not PrefetchState.QUERYING:
+                continue
+            if self.parked or not self._try_stage(load):
+                self._park(load)
+
+    def complete_copies(self, wait: bool) -> None:
+        """Release host pages of host→device copies that have landed (all of them when ``wait``)."""
+        pending: list[_Copy] = []
+        for copy in self.copies:
+            if wait:
+                copy.handle.wait()
+            if copy.handle.done():
+                self.staging.release(copy.hashes, copy.pages, copy.owned, len(copy.pages))
+            else:
+                pending.append(copy)
+        self.copies = pending
+
+    def release_staged(self) -> None:
+        """Discard every staged prefetch (used when draining)."""
+        for load in [load for load in self.active.values() if load.state is PrefetchState.STAGED]:
+            self._discard(load, PrefetchState.ABORTED)
+            self.log("release", load.request.request_id)
+
+    def occupied_tokens(self) -> int:
+        """Host tokens held by loads (staged pages and copies in flight, retained references included)."""
+        pages = sum(len(load.pages) for load in self.active.values())
+        pages += sum(len(copy.pages) for copy in self.copies)
+        return pages * self.page_size
+
+    @property
+    def busy(self) -> bool:
+        """Whether lookups, parked requests or copies are pending (staged prefetches aside)."""
+        return bool(self.new or self.parked or self.copies)
+
+    def status(self, request_id: str) -> PrefetchStatus | None:
+        """Current status, or ``None`` if the request is unknown (or long finished)."""
+        load = self.active.get(request_id)
+        if load is not None:
+            return self._status(load)
+        return self.finished.get(request_id)
+
+    # ------------------------------------------------------------ steps
+    def _lookup(self, load: _Load) -> None:
+        keys = list(load.request.hashes[load.start :])[: self.staging.pool.page_num]
+        begin = self.clock()
+        hit = self.storage.leading_hits(keys)
+        self.metrics.observe("exists", self.clock() - begin)
+        if hit < len(keys):
+            self.existence.invalidate_beyond(self.config.pool_name, keys, hit)
+        load.hit_pages = hit
+        self.metrics.add("prefetch_hit_tokens", hit * self.page_size)
+        self.metrics.add("prefetch_miss_tokens", (len(keys) - hit) * self.page_size)
+        self.log("lookup", load.request.request_id, hit)
+        if hit == 0:
+            self._end(load, PrefetchState.MISS)
+
+    def _try_stage(self, load: _Load) -> bool:
+        """Allocate host pages for the hit and read it; ``False`` (nothing held) if memory is short."""
+        hashes = list(load.request.hashes[load.start : load.start + load.hit_pages])
+        refs: dict[int, int] = {}
+        if self.retained is not None:
+            for position, page_hash in enumerate(hashes):
+                page = self.retained.acquire(page_hash)
+                if page is not None:
+                    refs[position] = page
+        fresh = self.staging.alloc(len(hashes) - len(refs), load.owner)
+        if fresh is None:
+            for position in refs:
+                assert self.retained is not None
+                self.retained.release(hashes[position])
+            return False
+        fresh_iter = iter(fresh)
+        pages = [refs[i] if i in refs else next(fresh_iter) for i in range(len(hashes))]
+        owned = [i not in refs for i in range(len(hashes))]
+        load.hashes, load.pages, load.owned = hashes, pages, owned
+        begin = self.clock()
+        read_positions = [i for i in range(len(hashes)) if owned[i]]
+        read = self.storage.read_leading([hashes[i] for i in read_positions], [pages[i] for i in read_positions])
+        self.metrics.observe("read", self.clock() - begin)
+        usable = read_positions[read] if read < len(read_positions) else len(hashes)
+        self.metrics.add("bytes_read", read * self.page_bytes)
+        self.metrics.add("retained_hit_pages", sum(1 for i in range(usable) if not owned[i]))
+        if usable < len(hashes):
+            self.metrics.add("prefetch_read_failed_tokens", (len(hashes) - usable) * self.page_size)
+            self.existence.invalidate_beyond(self.config.pool_name, hashes, usable)
+            self.staging.release(hashes[usable:], pages[usable:], owned[usable:], 0)
+            del load.hashes[usable:], load.pages[usable:], load.owned[usable:]
+        self.log("stage", load.request.request_id, usable)
+        if usable == 0:
+            self._end(load, PrefetchState.MISS)
+            return True
+        load.state = PrefetchState.STAGED
+        load.since_tick = self.tick
+        load.staged_at = self.clock()
+        self.metrics.add("prefetch_staged_tokens", usable * self.page_size)
+        self.events.append(self._status(load))
+        return True
+
+    def _park(self, load: _Load) -> None:
+        load.state = PrefetchState.PARKED
+        load.since_tick = self.tick
+        self.parked.append(load)
+        self.metrics.add("prefetch_parked")
+        self.log("park", load.request.request_id)
+
+    def _expire(self) -> None:
+        limit = self.config.prefetch_timeout_ticks
+        for load in list(self.active.values()):
+            waiting = load.state in (PrefetchState.PARKED, PrefetchState.STAGED)
+            if waiting and self.tick - load.since_tick >= limit:
+                self.metrics.add("prefetch_timeouts")
+                self._discard(load, PrefetchState.TIMED_OUT)
+                self.log("timeout", load.request.request_id)
+
+    def _discard(self, load: _Load, state: PrefetchState) -> None:
+        self.metrics.add("prefetch_discarded_tokens", len(load.pages) * self.page_size)
+        self.staging.release(load.hashes, load.pages, load.owned, len(load.pages))
+        load.hashes, load.pages, load.owned = [], [], []
+        if load.state is PrefetchState.PARKED:
+            self.parked.remove(load)
+        self._end(load, state)
+
+    def _end(self, load: _Load, state: PrefetchState) -> None:
+        load.state = state
+        request_id = load.request.request_id
+        del self.active[request_id]
+        status = self._status(load)
+        self.finished[request_id] = status
+        while len(self.finished) > _FINISHED_KEPT:
+            self.finished.popitem(last=False)
+        self.events.append(status)
+
+    def _status(self, load: _Load) -> PrefetchStatus:
+        return PrefetchStatus(load.request.request_id, load.state, load.hit_pages, len(load.pages))
+
+    def _splice_pages(self, splice_point: int) -> int:
+        if isinstance(splice_point, bool) or not isinstance(splice_point, int) or splice_point < 0:
+            raise InvalidRequestError(f"splice_point must be a non-negative int, got {splice_point!r}")
+        if splice_point % self.page_size:
+            raise InvalidRequestError(f"splice_point {splice_point} is not a multiple of page_size={self.page_size}")
+        return splice_point // self.page_size

@@ -1,0 +1,88 @@
+"""Host staging slots: owner-tagged page allocation, retention and reclaim under pressure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..host_pool import HostKVPool
+from .buffer_cache import BufferPageCache
+from .metrics import PipelineMetrics
+
+__all__ = ["HostStaging"]
+
+
+class HostStaging:
+    """Allocates host pages to operations and takes them back.
+
+    Every page is allocated with its operation's owner tag. With a :class:`BufferPageCache`, a
+    valid page may be retained instead of freed; it keeps the tag of the operation that filled it
+    (remembered in :attr:`retained_owner`) and is reclaimed, least recently released first, when
+    an allocation would otherwise fail.
+    """
+
+    def __init__(self, pool: HostKVPool, retained: BufferPageCache | None, metrics: PipelineMetrics) -> None:
+        self.pool = pool
+        self.page_size = pool.page_size
+        self.retained = retained
+        self.retained_owner: dict[int, object] = {}
+        self._metrics = metrics
+
+    def alloc(self, count: int, owner: object) -> list[int] | None:
+        """``count`` host pages tagged ``owner``, reclaiming retained pages if needed; ``None`` if full."""
+        if count == 0:
+            return []
+        shortfall = count - self.pool.free_pages
+        if shortfall > 0:
+            if self.retained is None or self.retained.reclaimable < shortfall:
+                return None
+            freed = self.retained.reclaim(shortfall)
+            self._free(freed)
+            for page in freed:
+                del self.retained_owner[page]
+            self._metrics.add("retained_reclaimed_pages", len(freed))
+        tokens = self.pool.alloc(count * self.page_size, owner=owner)
+        if tokens is None:
+            return None
+        return [int(t) // self.page_size for t in tokens[:: self.page_size].tolist()]
+
+    def release(self, hashes: Sequence[str], pages: Sequence[int], owned: Sequence[bool], valid: int) -> None:
+        """Give back an operation's pages: the first ``valid`` hold their hash's bytes.
+
+        Owned valid pages are retained when a cache is configured (a hash retained already keeps
+        its page), other owned pages are freed, and references on retained pages are dropped.
+        """
+        to_free: list[int] = []
+        for position, (page_hash, page, own) in enumerate(zip(hashes, pages, owned, strict=True)):
+            if not own:
+                assert self.retained is not None
+                self.retained.release(page_hash)
+            elif self.retained is not None and position < valid and self.retained.insert(page_hash, page):
+                self.retained_owner[page] = self.pool.owner_of(page * self.page_size)
+            else:
+                to_free.append(page)
+        self._free(to_free)
+
+    def release_retained(self) -> int:
+        """Free every unreferenced retained page; returns how many."""
+        if self.retained is None:
+            return 0
+        freed = self.retained.reclaim(self.retained.reclaimable)
+        self._free(freed)
+        for page in freed:
+            del self.retained_owner[page]
+        return len(freed)
+
+    def _free(self, pages: Sequence[int]) -> None:
+        if pages:
+            # The pool hands pages back last-freed first: free in reverse so they come back ascending.
+            self.pool.free(token_indices(pages[::-1], self.page_size))
+
+
+def token_indices(pages: Sequence[int], page_size: int) -> torch.Tensor:
+    """Token indices of host pages (what ``batch_get_v1``/``batch_set_v1`` take)."""
+    base = torch.tensor(list(pages), dtype=torch.int64)
+    if page_size == 1:
+        return base
+    return (base[:, None] * page_size + torch.arange(page_size, dtype=torch.int64)).reshape(-1)

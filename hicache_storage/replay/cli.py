@@ -1,0 +1,130 @@
+"""Replay a Mooncake-format trace against a storage backend: hit rates by tier, oracle ceiling, TTFT."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from .engine import MODES, EngineConfig, ModelShape, run_replay
+from .oracle import oracle_block_hits
+from .report import ModeResult, comparison_table
+from .trace import read_trace
+
+__all__ = ["add_arguments", "main", "parse_modes"]
+
+
+def parse_modes(values: list[str] | None, has_backend: bool) -> list[str]:
+    """Modes from repeated and/or comma-separated ``--mode`` values (default: every mode, or ``none``)."""
+    if not values:
+        return list(MODES) if has_backend else ["none"]
+    modes: list[str] = []
+    for value in values:
+        for mode in (part.strip() for part in value.split(",")):
+            if mode not in MODES:
+                raise ValueError(f"--mode: unknown mode {mode!r}; expected one of {list(MODES)}")
+            if mode not in modes:
+                modes.append(mode)
+    return modes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``replay`` sub-command's arguments."""
+    parser.add_argument("trace", help="trace file (JSON lines: timestamp, input_length, output_length, hash_ids)")
+    parser.add_argument("--backend", help="storage backend name (needed by modes cache and buffer_only)")
+    parser.add_argument("--config", help="backend options (extra_config) as JSON or @file")
+    parser.add_argument(
+        "--mode",
+        action="append",
+        help=f"host memory mode, repeatable or comma-separated: {', '.join(MODES)} "
+        "(default: all three with --backend, else none)",
+    )
+    parser.add_argument("--device-tokens", type=int, default=1_048_576, help="device prefix cache size in tokens")
+    parser.add_argument(
+        "--host-ratio", type=float, help="host/device size ratio (default: 2.0 in cache, 1.2 in buffer_only)"
+    )
+    parser.add_argument("--page-size", type=int, default=64, help="tokens per page (must divide --block-tokens)")
+    parser.add_argument("--block-tokens", type=int, default=512, help="tokens per trace block (default 512)")
+    parser.add_argument("--requests", type=int, help="replay only the first K requests")
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument("--model-shape", help="KV geometry layers,kv_heads,head_dim,dtype (e.g. 32,8,128,bfloat16)")
+    shape.add_argument("--bytes-per-token", type=int, help="KV bytes per token (default 32: small, fast runs)")
+    parser.add_argument("--prefill-tokens-per-s", type=float, default=20_000.0, help="prefill rate for TTFT")
+    parser.add_argument("--no-clear", action="store_true", help="do not clear the backend before each mode")
+    parser.add_argument("--json", help="write the results to this JSON file")
+    parser.add_argument("--plot", help="write PNG plots to this directory")
+    parser.add_argument("--plot-prefix", default="replay", help="file name prefix of the plots (default replay)")
+
+
+def _shape(args: argparse.Namespace) -> ModelShape:
+    if args.model_shape:
+        return ModelShape.parse(args.model_shape)
+    return ModelShape.from_bytes_per_token(args.bytes_per_token if args.bytes_per_token is not None else 32)
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    """Run the ``replay`` sub-command; returns the exit status."""
+    from ..commands import parse_json_option
+
+    modes = parse_modes(args.mode, args.backend is not None)
+    if args.requests is not None and args.requests < 1:
+        raise ValueError(f"--requests must be positive, got {args.requests}")
+    options = parse_json_option(args.config)
+    requests = read_trace(args.trace, block_tokens=args.block_tokens, limit=args.requests)
+    configs = [
+        EngineConfig(
+            mode=mode,
+            device_tokens=args.device_tokens,
+            host_ratio=args.host_ratio,
+            page_size=args.page_size,
+            block_tokens=args.block_tokens,
+            shape=_shape(args),
+            prefill_tokens_per_s=args.prefill_tokens_per_s,
+        )
+        for mode in modes
+    ]
+    results: list[ModeResult] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        for config in configs:
+            task = progress.add_task(f"replay {config.mode}", total=len(requests))
+
+            def advance(count: int, task: TaskID = task) -> None:
+                progress.advance(task, count)
+
+            results.append(
+                run_replay(requests, config, args.backend, options, clear=not args.no_clear, progress=advance)
+            )
+    blocks = oracle_block_hits(requests)
+    title = f"trace replay: {Path(args.trace).name}, {len(requests):,} requests, page {args.page_size} tokens"
+    console.print(comparison_table(results, title=title))
+    console.print(
+        f"oracle (infinite cache): {blocks.rate:.1%} of {blocks.total:,} input blocks are prefix hits; "
+        f"token ceiling at page granularity {results[0].rate(results[0].oracle_hit_tokens):.1%}",
+        highlight=False,
+    )
+    if args.json:
+        payload: dict[str, Any] = {
+            "trace": str(args.trace),
+            "requests": len(requests),
+            "oracle_block_hit_rate": blocks.rate,
+            "oracle_blocks": {"hits": blocks.hits, "total": blocks.total},
+            "results": [r.as_dict() for r in results],
+        }
+        Path(args.json).write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    if args.plot:
+        from .plots import plot_results
+
+        for path in plot_results(results, args.plot, prefix=args.plot_prefix):
+            console.print(f"wrote {path}")
+    return 1 if any(r.corrupt_pages for r in results) else 0

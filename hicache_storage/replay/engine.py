@@ -1,0 +1,214 @@
+"""The serving model: requests in arrival order against a device prefix cache, a host tier and storage.
+
+Each request: match its full pages in the device cache (an LRU over page-hash chains), let the host
+tier load what follows (host hits, then storage hits), recompute the rest (the trailing partial page
+always), keep the pages on the device, and back up the computed ones. Requests run one after another,
+each finishing its loads and backups before the next arrives: the model measures what each tier can
+hold, not queueing or contention. TTFT = recomputed tokens / prefill rate + load I/O time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import make_config
+from ..host_pool import HostKVPool
+from ..interface import HiCacheStorage
+from ..pipeline.device_pool import DeviceKVPool
+from ..registry import load_backend
+from .buffer_tier import BufferOnlyTier
+from .kvdata import fill_pages, pool_bytes
+from .oracle import oracle_page_hits
+from .pages import PageHasher
+from .prefix_cache import PageLRU
+from .report import ModeResult, RequestRecord
+from .storage_io import StorageIO, io_seconds, io_summary
+from .tiers import CacheTier, HostTier, NoTier
+from .trace import TraceRequest
+
+__all__ = ["MODES", "EngineConfig", "ModelShape", "ReplayEngine", "run_replay"]
+
+MODES = ("none", "cache", "buffer_only")
+DEFAULT_RATIO = {"none": 0.0, "cache": 2.0, "buffer_only": 1.2}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """KV geometry per token: ``2 * layers * kv_heads * head_dim * itemsize`` bytes (MHA)."""
+
+    layers: int = 1
+    kv_heads: int = 1
+    head_dim: int = 16
+    dtype: str = "uint8"
+
+    @classmethod
+    def parse(cls, text: str) -> ModelShape:
+        """``"layers,kv_heads,head_dim,dtype"``, e.g. ``"32,8,128,bfloat16"``."""
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != 4:
+            raise ValueError(f"--model-shape expects layers,kv_heads,head_dim,dtype; got {text!r}")
+        try:
+            layers, heads, dim = (int(p) for p in parts[:3])
+        except ValueError:
+            raise ValueError(f"--model-shape: layers, kv_heads and head_dim must be integers; got {text!r}") from None
+        if min(layers, heads, dim) < 1:
+            raise ValueError(f"--model-shape: every dimension must be positive; got {text!r}")
+        return cls(layers, heads, dim, parts[3])
+
+    @classmethod
+    def from_bytes_per_token(cls, nbytes: int) -> ModelShape:
+        """One layer, one head, uint8: ``head_dim = nbytes / 2`` (``nbytes`` must be even)."""
+        if nbytes < 2 or nbytes % 2:
+            raise ValueError(f"--bytes-per-token must be an even number >= 2, got {nbytes}")
+        return cls(1, 1, nbytes // 2, "uint8")
+
+    def pool_kwargs(self) -> dict[str, Any]:
+        return {"layer_num": self.layers, "head_num": self.kv_heads, "head_dim": self.head_dim, "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything one replay run needs besides the trace and the backend."""
+
+    mode: str = "cache"
+    device_tokens: int = 262_144
+    host_ratio: float | None = None
+    page_size: int = 64
+    block_tokens: int = 512
+    shape: ModelShape = ModelShape()
+    prefill_tokens_per_s: float = 20_000.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; expected one of {list(MODES)}")
+        if self.device_tokens < self.page_size:
+            raise ValueError(f"--device-tokens {self.device_tokens} must hold at least one page of {self.page_size}")
+        if self.host_ratio is not None and not self.host_ratio > 0:
+            raise ValueError(f"--host-ratio must be positive, got {self.host_ratio}")
+        if not self.prefill_tokens_per_s > 0:
+            raise ValueError(f"--prefill-tokens-per-s must be positive, got {self.prefill_tokens_per_s}")
+
+    @property
+    def ratio(self) -> float:
+        """Host/device size ratio (mode default when not set)."""
+        if self.mode == "none":
+            return 0.0
+        return self.host_ratio if self.host_ratio is not None else DEFAULT_RATIO[self.mode]
+
+    @property
+    def device_pages(self) -> int:
+        return self.device_tokens // self.page_size
+
+    @property
+    def host_pages(self) -> int:
+        return max(1, math.ceil(self.device_pages * self.ratio)) if self.mode != "none" else 0
+
+
+class ReplayEngine:
+    """Runs requests through the model for one mode; ``backend`` is ``None`` only in mode ``none``."""
+
+    def __init__(self, config: EngineConfig, backend: HiCacheStorage | None) -> None:
+        if config.mode != "none" and backend is None:
+            raise ValueError(f"mode {config.mode!r} needs a storage backend")
+        self.config = config
+        self.hasher = PageHasher(config.page_size, config.block_tokens)
+        geometry = {"page_size": config.page_size, "layout": "page_first", **config.shape.pool_kwargs()}
+        self.device_pool = DeviceKVPool(num_pages=config.device_pages, **geometry)
+        self.device_pool.alloc(self.device_pool.size, owner="cache")  # the device cache owns every page
+        self.device = pool_bytes(self.device_pool)
+        self.cache = PageLRU(config.device_pages)
+        self.backend = backend
+        self.tier: HostTier = NoTier()
+        self.records: list[RequestRecord] = []
+        if config.mode == "none" or backend is None:
+            return
+        if config.mode == "cache":
+            host = HostKVPool(num_pages=config.host_pages, pin_memory=False, **geometry)
+            backend.register_mem_pool_host(host)
+            self.tier = CacheTier(self.device, host, StorageIO(backend, host))
+        else:
+            self.tier = BufferOnlyTier(self.device, self.device_pool, backend, host_ratio=config.ratio)
+
+    @property
+    def page_bytes(self) -> int:
+        return int(self.device_pool.bytes_per_page)
+
+    def step(self, request: TraceRequest) -> RequestRecord:
+        """Serve one request and return its record."""
+        page = self.config.page_size
+        hashes = self.hasher.hashes(request)
+        hit = self.cache.match(hashes)
+        self.cache.touch(hashes[:hit])
+        slots = self.cache.reserve(len(hashes) - hit, protect=hashes[:hit])
+        before = io_seconds(self.backend) if self.backend is not None else 0.0
+        loaded = self.tier.load(hashes, hit, slots)
+        load_seconds = io_seconds(self.backend) - before if self.backend is not None else 0.0
+        ready = hit + loaded.host_pages + loaded.storage_pages
+        kept = hit + len(slots)
+        fill_pages(self.device, slots[ready - hit :], hashes[ready:kept])
+        for page_hash, slot in zip(hashes[hit:kept], slots, strict=True):
+            self.cache.insert(page_hash, slot)
+        self.cache.touch(hashes[:kept])
+        self.tier.backup(hashes, ready, kept, slots[ready - hit :])
+        recomputed = request.input_length - ready * page
+        record = RequestRecord(
+            index=request.index,
+            timestamp_ms=request.timestamp_ms,
+            input_tokens=request.input_length,
+            device_tokens=hit * page,
+            host_tokens=loaded.host_pages * page,
+            storage_tokens=loaded.storage_pages * page,
+            recomputed_tokens=recomputed,
+            uncached_tokens=(len(hashes) - kept) * page,
+            io_seconds=load_seconds,
+            ttft_seconds=recomputed / self.config.prefill_tokens_per_s + load_seconds,
+        )
+        self.records.append(record)
+        return record
+
+
+def run_replay(
+    requests: Sequence[TraceRequest],
+    config: EngineConfig,
+    backend: str | None,
+    backend_options: dict[str, Any] | None = None,
+    *,
+    clear: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> ModeResult:
+    """Replay ``requests`` in one mode against a freshly loaded backend (cleared first when supported)."""
+    instance: HiCacheStorage | None = None
+    if config.mode != "none":
+        if backend is None:
+            raise ValueError(f"mode {config.mode!r} needs --backend")
+        instance = load_backend(backend, make_config("replay", extra_config=dict(backend_options or {})))
+    try:
+        engine = ReplayEngine(config, instance)
+        if instance is not None and clear and instance.capabilities.supports_clear:
+            instance.clear()
+        begin = time.perf_counter()
+        for number, request in enumerate(requests, start=1):
+            engine.step(request)
+            if progress is not None and (number % 64 == 0 or number == len(requests)):
+                progress(64 if number % 64 == 0 else number % 64)
+        wall = time.perf_counter() - begin
+        oracle = oracle_page_hits(requests, engine.hasher)
+        return ModeResult.build(
+            config=config,
+            backend=backend if instance is not None else None,
+            records=engine.records,
+            oracle=oracle,
+            io=io_summary(instance) if instance is not None else None,
+            gate_drops=dict(engine.tier.gate_drops),
+            corrupt_pages=engine.tier.corrupt_pages,
+            page_bytes=engine.page_bytes,
+            host_pages=engine.tier.host_pool_pages,
+            wall_seconds=wall,
+        )
+    finally:
+        if instance is not None:
+            instance.close()

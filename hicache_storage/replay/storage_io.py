@@ -1,0 +1,97 @@
+"""Backend calls of the replay, batched like SGLang's engine, and the backend's I/O time and totals.
+
+I/O time is the backend's modelled time when it keeps one (the sim backend's ``modelled_<op>_seconds``
+counters), else the wall time the SDK measured around each call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..interface import HiCacheStorage
+
+__all__ = ["STORAGE_BATCH", "StorageIO", "io_seconds", "io_summary", "is_modelled"]
+
+#: Pages per storage call, as SGLang's engine sends them.
+STORAGE_BATCH = 128
+_OPS = ("exists", "get", "set")
+
+
+def is_modelled(backend: HiCacheStorage) -> bool:
+    """Whether the backend reports modelled time (the sim backend)."""
+    return hasattr(backend, "last_call_seconds")
+
+
+def io_seconds(backend: HiCacheStorage, ops: tuple[str, ...] = ("exists", "get")) -> float:
+    """Cumulative I/O seconds of ``ops`` so far (modelled or measured)."""
+    if is_modelled(backend):
+        return sum(float(backend.stats.get(f"modelled_{op}_seconds")) for op in ops)
+    return sum(float(backend.stats.op(op)["seconds"]) for op in ops)
+
+
+def io_summary(backend: HiCacheStorage) -> dict[str, Any]:
+    """Calls, pages, bytes and seconds per storage operation, from the backend's statistics."""
+    rows = {op: backend.stats.op(op) for op in _OPS}
+    return {
+        "time_source": "modelled" if is_modelled(backend) else "measured",
+        "calls": {op: int(rows[op]["calls"]) for op in _OPS},
+        "pages": {op: int(rows[op]["pages"]) for op in _OPS},
+        "bytes_read": int(rows["get"]["bytes"]),
+        "bytes_written": int(rows["set"]["bytes"]),
+        "seconds": {op: round(io_seconds(backend, (op,)), 6) for op in _OPS},
+        "failed_reads": int(rows["get"]["failed"]),
+        "failed_writes": int(rows["set"]["failed"]),
+        "faults": backend.stats.total_faults(),
+    }
+
+
+class StorageIO:
+    """Batched calls against a backend whose host pool is ``pool`` (slots are host page numbers)."""
+
+    def __init__(self, backend: HiCacheStorage, pool: Any) -> None:
+        self.backend = backend
+        self.page_size = int(pool.page_size)
+
+    def _indices(self, slots: list[int]) -> torch.Tensor:
+        base = torch.tensor(slots, dtype=torch.int64)[:, None] * self.page_size
+        return (base + torch.arange(self.page_size, dtype=torch.int64)).reshape(-1)
+
+    def exists_prefix(self, hashes: list[str]) -> int:
+        """Leading run of stored pages (batches of 128, stopping at the first short one)."""
+        found = 0
+        for start in range(0, len(hashes), STORAGE_BATCH):
+            chunk = hashes[start : start + STORAGE_BATCH]
+            hit = self.backend.batch_exists(chunk)
+            found += hit
+            if hit < len(chunk):
+                break
+        return found
+
+    def read(self, hashes: list[str], slots: list[int]) -> int:
+        """Read pages into host ``slots``; returns the leading run read."""
+        return self._run(self.backend.batch_get_v1, hashes, slots)
+
+    def write(self, hashes: list[str], slots: list[int]) -> int:
+        """Write pages from host ``slots``; returns the leading run stored (stops at a failed batch)."""
+        return self._run(self.backend.batch_set_v1, hashes, slots)
+
+    def _run(self, call: Any, hashes: list[str], slots: list[int]) -> int:
+        done = 0
+        for start in range(0, len(hashes), STORAGE_BATCH):
+            chunk = hashes[start : start + STORAGE_BATCH]
+            ok = _leading(call(chunk, self._indices(slots[start : start + STORAGE_BATCH])))
+            done += ok
+            if ok < len(chunk):
+                break
+        return done
+
+
+def _leading(results: list[bool]) -> int:
+    count = 0
+    for ok in results:
+        if not ok:
+            break
+        count += 1
+    return count

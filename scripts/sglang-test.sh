@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Opt-in tests against the released SGLang: runs the adapter inside SGLang's own storage backend
+# factory and SGLang's HiCacheFile through the conformance suite (pytest tests/integrations -m sglang).
+#
+# sglang==0.5.23 is installed without its dependencies (the full server needs CUDA, transformers,
+# ...) into a directory inside the virtual environment that only this target puts on PYTHONPATH,
+# together with the few small packages SGLang's storage modules import. When triton is not
+# installed, a small stand-in lets those modules import on a CPU-only machine (no kernel runs).
+# Extra arguments go to pytest.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+bash scripts/setup.sh
+VENV="${HICACHE_VENV:-$ROOT/.venv}"
+PY="$VENV/bin/python"
+SGLANG_VERSION="0.5.23"
+OVERLAY="${HICACHE_SGLANG_DIR:-$VENV/sglang-$SGLANG_VERSION}"
+# import name=requirement, for what sglang.srt.mem_cache.hicache_storage, the storage backend
+# factory and HiCacheFile (through sglang.srt.utils) import on a CPU machine.
+EXTRAS=(
+  "orjson=orjson==3.13.0"
+  "psutil=psutil==7.2.2"
+  "pybase64=pybase64==1.5.1"
+  "requests=requests==2.34.2"
+  "urllib3=urllib3==2.8.0"
+  "idna=idna==3.20"
+  "certifi=certifi==2026.10.19.post1"
+  "PIL=pillow==13.0.0"
+  "starlette=starlette==1.10.0"
+  "anyio=anyio==4.16.0"
+  "msgspec=msgspec==0.23.0"
+  "zmq=pyzmq==27.3.0"
+)
+
+if [ ! -f "$OVERLAY/.complete" ]; then
+  echo "[sglang-test] installing sglang==$SGLANG_VERSION (no dependencies) into $OVERLAY" >&2
+  rm -rf "$OVERLAY"
+  mkdir -p "$OVERLAY"
+  PIP=("$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$OVERLAY")
+  "${PIP[@]}" "sglang==$SGLANG_VERSION"
+  for item in "${EXTRAS[@]}"; do
+    module="${item%%=*}"
+    requirement="${item#*=}"
+    if ! PYTHONPATH="$OVERLAY" "$PY" -c "import $module" >/dev/null 2>&1; then
+      "${PIP[@]}" "$requirement"
+    fi
+  done
+  if ! "$PY" -c "import triton" >/dev/null 2>&1; then
+    mkdir -p "$OVERLAY/triton"
+    cat > "$OVERLAY/triton/__init__.py" <<'PYEOF'
+"""Stand-in for triton on CPU-only test machines: lets modules that define kernels import; none runs."""
+
+import sys
+import types
+from importlib.abc import Loader, MetaPathFinder
+from importlib.machinery import ModuleSpec
+
+__version__ = "0.0.0"
+
+
+class _Anything:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]
+        return _Anything()
+
+    def __getattr__(self, name):
+        return _Anything()
+
+    def __getitem__(self, item):
+        return _Anything()
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return _Anything()
+
+
+def jit(fn=None, **kwargs):
+    return fn if fn is not None else (lambda f: f)
+
+
+class _Submodules(MetaPathFinder, Loader):
+    def find_spec(self, fullname, path=None, target=None):
+        return ModuleSpec(fullname, self, is_package=True) if fullname.startswith("triton.") else None
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__getattr__ = __getattr__
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+sys.meta_path.append(_Submodules())
+PYEOF
+  fi
+  touch "$OVERLAY/.complete"
+fi
+
+echo "[sglang-test] pytest tests/integrations -m sglang" >&2
+PYTHONPATH="$OVERLAY${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -m sglang tests/integrations "$@"
