@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratio_read_per_round_median": round(
             statistics.median(r / o for r, o in zip(samples["raw_read"], samples["ours_read"])), 3
         ),
+        "samples_seconds": {k: [round(x, 6) for x in v] for k, v in samples.items()},
         "integrity_failures": stats["counters"].get("integrity_failures", 0),
         "faults": stats["faults"],
     }

@@ -57,7 +57,7 @@ def bookkeeping(cycles: int, backend: str) -> dict[str, float]:
         keys_only = backend == "sim_keys_only"
         extra = {"sim_write_gbps": 1e9, "sim_op_latency_us": 0, "keys_only": keys_only, "resilience": False}
         storage = load_backend("sim", make_config("bench", extra_config=extra))
-    pipe = BufferOnlyPipeline(PipelineConfig(existence_cache_entries=1 << 20), device, storage)
+    pipe = BufferOnlyPipeline(PipelineConfig(), device, storage)
     hashes = page_hashes(list(range(SPAN_PAGES * (cycles + 1))), 1)
     slots = device.alloc(SPAN_PAGES, owner="engine")
     assert slots is not None

@@ -270,7 +270,7 @@ class HiCacheStorage(ABC):
         starts = self._page_starts(keys, host_indices)
         if not keys:
             return []
-        skeys = space.storage_keys(keys)
+        skeys = space.storage_keys_unchecked(keys)
         pages = pool_page_buffers(self.mem_pool_host, starts)
         return self._timed("get", keys, lambda: self._read_storage(skeys, pages), space.page_bytes)
 
@@ -283,7 +283,7 @@ class HiCacheStorage(ABC):
         starts = self._page_starts(keys, host_indices)
         if not keys:
             return []
-        skeys = space.storage_keys(keys)
+        skeys = space.storage_keys_unchecked(keys)
         pages = pool_page_buffers(self.mem_pool_host, starts)
         return self._timed("set", keys, lambda: self._write_storage(skeys, pages), space.page_bytes)
 
@@ -294,7 +294,7 @@ class HiCacheStorage(ABC):
         keys = validate_keys(keys)
         if not keys:
             return []
-        skeys = space.storage_keys(keys)
+        skeys = space.storage_keys_unchecked(keys)
         return self._timed("exists", keys, lambda: self._exists_storage(skeys), 0)
 
     def batch_exists(self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None) -> int:
@@ -331,7 +331,7 @@ class HiCacheStorage(ABC):
         pages = [tensor_page_buffer(t, space.page_bytes, f"target_locations[{i}]") for i, t in enumerate(targets)]
         if not keys:
             return []
-        skeys = space.storage_keys(keys)
+        skeys = space.storage_keys_unchecked(keys)
         hits = self._timed("get", keys, lambda: self._read_storage(skeys, pages), space.page_bytes)
         return [target if hit else None for target, hit in zip(targets, hits, strict=True)]
 
@@ -358,7 +358,7 @@ class HiCacheStorage(ABC):
         pages = [tensor_page_buffer(v, space.page_bytes, f"values[{i}]") for i, v in enumerate(values)]
         if not keys:
             return []
-        skeys = space.storage_keys(keys)
+        skeys = space.storage_keys_unchecked(keys)
         return self._timed("set", keys, lambda: self._write_storage(skeys, pages), space.page_bytes)
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
@@ -374,7 +374,7 @@ class HiCacheStorage(ABC):
             raise UnsupportedOperation(f"{type(self).__name__} does not declare supports_delete")
         if not keys:
             return []
-        skeys = space.storage_keys(keys)
+        skeys = space.storage_keys_unchecked(keys)
         return self._timed(
             "delete", keys, lambda: self._guarded("delete", lambda k, _p: self.delete_pages(k), skeys, None), 0
         )

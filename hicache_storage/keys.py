@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+from functools import cached_property
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -160,7 +161,7 @@ class KeySpace:
     model_revision: str = ""
     format_version: int = KEY_FORMAT_VERSION
 
-    @property
+    @cached_property
     def digest(self) -> str:
         """20 hex characters identifying everything but the rank."""
         fields: Iterable[object] = (
@@ -180,14 +181,14 @@ class KeySpace:
             hasher.update(struct.pack("<Q", len(raw)) + raw)
         return hasher.hexdigest()[:20]
 
-    @property
+    @cached_property
     def rank_suffix(self) -> str:
         """Rank coordinates that shard KV, e.g. ``tp1of2.pp0of1.cp0of1`` (MLA: no tp part)."""
         parts = [] if self.is_mla else [f"tp{self.tp_rank}of{self.tp_size}"]
         parts += [f"pp{self.pp_rank}of{self.pp_size}", f"cp{self.cp_rank}of{self.cp_size}"]
         return ".".join(parts)
 
-    @property
+    @cached_property
     def prefix(self) -> str:
         """Leading part shared by every storage key of this space (useful for listing/clearing)."""
         return f"hc{self.format_version}-{self.digest}."
@@ -198,5 +199,9 @@ class KeySpace:
 
     def storage_keys(self, keys: Sequence[str]) -> list[str]:
         """Storage keys for a batch of bare keys (validated)."""
+        return self.storage_keys_unchecked(validate_keys(keys))
+
+    def storage_keys_unchecked(self, keys: Sequence[str]) -> list[str]:
+        """Storage keys for bare keys that already passed :func:`validate_keys`."""
         prefix, suffix = self.prefix, self.rank_suffix
-        return [f"{prefix}{validate_key(key)}.{suffix}" for key in keys]
+        return [f"{prefix}{key}.{suffix}" for key in keys]

@@ -26,7 +26,7 @@ if [ -f scripts/services/requirements-services.txt ]; then
   "${PIP[@]}" -r scripts/services/requirements-services.txt
 fi
 editables=(-e .)
-for dir in backends/*/ conformance/; do
+for dir in backends/*/ conformance/ examples/plugin-template/; do
   [ -f "$dir/pyproject.toml" ] && editables+=(-e "$dir")
 done
 "${PIP[@]}" --no-build-isolation "${editables[@]}"

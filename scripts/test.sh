@@ -32,3 +32,5 @@ for dir in backends/*/tests conformance/tests examples/plugin-template/tests; do
   [ -d "$dir" ] && test_dirs+=("$dir")
 done
 python -m pytest -q "${test_dirs[@]}" "$@"
+echo "[test] SGLang integration (released sglang package, no GPU)" >&2
+bash scripts/sglang-test.sh

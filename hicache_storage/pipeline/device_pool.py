@@ -191,7 +191,7 @@ def tokens_to_pages(indices: Sequence[int] | torch.Tensor, page_size: int, size:
         bad = not torch.equal(grid, _offsets(page_size).expand_as(grid))
     if bad:
         raise HostPoolError("token indices must be whole, page-aligned pages inside the pool")
-    return (starts // page_size).tolist()  # type: ignore[no-any-return]
+    return (starts // page_size).tolist()
 
 
 _OFFSETS: dict[int, torch.Tensor] = {}

@@ -43,8 +43,10 @@ class StorageExistenceCache:
         entries = self._entries
         for page_hash in hashes:
             key = (pool, page_hash)
-            entries[key] = None
-            entries.move_to_end(key)
+            if key in entries:
+                entries.move_to_end(key)
+            else:  # (move_to_end right after inserting a new key is slow in CPython)
+                entries[key] = None
         while len(entries) > self.capacity:
             entries.popitem(last=False)
             self.evictions += 1

@@ -6,7 +6,8 @@ batch calls must not raise) counts as a miss or a failed write and is counted in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..interface import HiCacheStorage
 from .staging import token_indices
@@ -46,13 +47,13 @@ class StorageCalls:
         """Read pages into host slots; the length of the leading run read successfully."""
         return self._leading(self.storage.batch_get_v1, hashes, host_pages)
 
-    def _leading(self, call: object, hashes: Sequence[str], host_pages: Sequence[int]) -> int:
+    def _leading(self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]) -> int:
         done = 0
         for begin in range(0, len(hashes), self.batch_pages):
             keys = list(hashes[begin : begin + self.batch_pages])
             indices = token_indices(host_pages[begin : begin + len(keys)], self.page_size)
             try:
-                results = call(keys, indices)  # type: ignore[operator]
+                results = call(keys, indices)
             except Exception:
                 self.errors += 1
                 return done

@@ -137,10 +137,11 @@ class ReplayEngine:
     def page_bytes(self) -> int:
         return int(self.device_pool.bytes_per_page)
 
-    def step(self, request: TraceRequest) -> RequestRecord:
-        """Serve one request and return its record."""
+    def step(self, request: TraceRequest, hashes: list[str] | None = None) -> RequestRecord:
+        """Serve one request (``hashes``: its page hashes, if already computed) and return its record."""
         page = self.config.page_size
-        hashes = self.hasher.hashes(request)
+        if hashes is None:
+            hashes = self.hasher.hashes(request)
         hit = self.cache.match(hashes)
         self.cache.touch(hashes[:hit])
         slots = self.cache.reserve(len(hashes) - hit, protect=hashes[:hit])
@@ -191,12 +192,14 @@ def run_replay(
         if instance is not None and clear and instance.capabilities.supports_clear:
             instance.clear()
         begin = time.perf_counter()
+        all_hashes: list[list[str]] = []
         for number, request in enumerate(requests, start=1):
-            engine.step(request)
+            all_hashes.append(engine.hasher.hashes(request))
+            engine.step(request, all_hashes[-1])
             if progress is not None and (number % 64 == 0 or number == len(requests)):
                 progress(64 if number % 64 == 0 else number % 64)
         wall = time.perf_counter() - begin
-        oracle = oracle_page_hits(requests, engine.hasher)
+        oracle = oracle_page_hits(requests, engine.hasher, all_hashes)
         return ModeResult.build(
             config=config,
             backend=backend if instance is not None else None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .pages import PageHasher
@@ -40,12 +40,17 @@ def oracle_block_hits(requests: Iterable[TraceRequest]) -> OracleResult:
     return OracleResult(hits, total, "blocks")
 
 
-def oracle_page_hits(requests: Iterable[TraceRequest], hasher: PageHasher) -> OracleResult:
-    """Prefix-hit tokens at page granularity (full pages only) over input tokens."""
+def oracle_page_hits(
+    requests: Sequence[TraceRequest], hasher: PageHasher, page_hashes: Sequence[list[str]] | None = None
+) -> OracleResult:
+    """Prefix-hit tokens at page granularity (full pages only) over input tokens.
+
+    ``page_hashes`` (one list per request) avoids hashing the requests again.
+    """
     seen: set[str] = set()
     hits = total = 0
-    for request in requests:
-        hashes = hasher.hashes(request)
+    for number, request in enumerate(requests):
+        hashes = page_hashes[number] if page_hashes is not None else hasher.hashes(request)
         total += request.input_length
         matched = 0
         while matched < len(hashes) and hashes[matched] in seen:

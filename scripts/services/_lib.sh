@@ -1,5 +1,6 @@
 # shellcheck shell=bash
 # Shared helpers for install.sh / start.sh / stop.sh / ctl.sh. Sourced, not executed.
+# shellcheck disable=SC2086,SC2016,SC2015  # word splitting of port/name lists is intended
 
 _HC_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=env.sh
@@ -24,25 +25,35 @@ hc_bin() {
     esac
 }
 
-hc_python() {
-    if [ -x "$HICACHE_VENV/bin/python" ]; then
-        printf '%s\n' "$HICACHE_VENV/bin/python"
-    else
-        command -v python3
-    fi
-}
-
 # True when something accepts TCP connections on 127.0.0.1:$1.
 hc_port_open() {
     timeout 2 bash -c "exec 3<>/dev/tcp/$HICACHE_TEST_HOST/$1" 2>/dev/null
 }
 
-# True when pid $1 is alive and its command line contains $2.
+# True when pid $1 is a zombie (or gone).
+hc_zombie() {
+    local st
+    st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    st=${st##*) }
+    [ "${st%% *}" = Z ]
+}
+
+# True when pid $1 is alive and its command line matches the regex $2.
 hc_pid_is() {
-    local pid=$1 pattern=$2
+    local pid=$1 pattern=$2 cmd _
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
     [ -r "/proc/$pid/cmdline" ] || return 0
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$pattern"
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || cmd=""
+        if [ -n "$cmd" ]; then
+            [[ "$cmd" =~ $pattern ]]
+            return
+        fi
+        # Empty: a zombie, or a process in the middle of execve(). Only the latter deserves a retry.
+        hc_zombie "$pid" && return 1
+        sleep 0.05
+    done
+    return 1
 }
 
 # Pid recorded in pidfile $1 if that process is alive and matches pattern $2.

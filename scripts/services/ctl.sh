@@ -17,6 +17,7 @@
 # HICACHE_SERVICES_REUSE=1: if a port is already held by a healthy server this script did not
 #   start, use it instead of failing (stop/kill then leave it alone).
 # HICACHE_TEST_MOONCAKE_MASTER_ARGS: extra mooncake_master flags, e.g. --default_kv_lease_ttl=500.
+# shellcheck disable=SC2086,SC2046,SC2016  # word splitting of port/name lists is intended
 set -euo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/_lib.sh"
 
@@ -68,25 +69,37 @@ unit_bins() {
 # ---------------------------------------------------------------------------------------------
 # readiness probes (each returns 0 when ready)
 
-redis_ping() { timeout 3 redis-cli -h "$H" -p "$1" ping 2>/dev/null | grep -q PONG; }
+# (No `probe | grep -q` pipes here: under pipefail an early-exiting grep can fail the probe.)
+redis_ping() {
+    local r
+    r=$(timeout 3 redis-cli -h "$H" -p "$1" ping 2>/dev/null) || return 1
+    [ "$r" = PONG ]
+}
 
 http_get() { # http_get PORT PATH -> response on stdout
     timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1" && printf "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n" "$2" "$0" >&3 && cat <&3' \
         "$H" "$1" "$2" 2>/dev/null
 }
 
-s3_ready() { http_get "$HICACHE_TEST_S3_PORT" / | head -n1 | grep -q ' 200 '; }
+s3_ready() {
+    local r
+    r=$(http_get "$HICACHE_TEST_S3_PORT" /) || true
+    [[ "$r" =~ ^HTTP/[0-9.]+\ 200 ]]
+}
 
 mooncake_master_ready() {
-    hc_port_open "$HICACHE_TEST_MOONCAKE_RPC_PORT" && hc_port_open "$HICACHE_TEST_MOONCAKE_HTTP_PORT" &&
-        http_get "$HICACHE_TEST_MOONCAKE_METRICS_PORT" /health | grep -q '"service_ready":true'
+    local r
+    hc_port_open "$HICACHE_TEST_MOONCAKE_RPC_PORT" && hc_port_open "$HICACHE_TEST_MOONCAKE_HTTP_PORT" || return 1
+    r=$(http_get "$HICACHE_TEST_MOONCAKE_METRICS_PORT" /health) || true
+    [[ "$r" == *'"service_ready":true'* ]]
 }
 
 # The master reports memory from some mounted segment ("Mem Storage: used / capacity", capacity > 0).
 mooncake_segment_ready() {
-    hc_port_open "$HICACHE_TEST_MOONCAKE_CLIENT_PORT" &&
-        http_get "$HICACHE_TEST_MOONCAKE_METRICS_PORT" /metrics/summary |
-        grep -o 'Mem Storage: [^|]*' | grep -vq '/ 0 B'
+    local r re='Mem Storage: [^|/]*/ ([^|]*)\|'
+    hc_port_open "$HICACHE_TEST_MOONCAKE_CLIENT_PORT" || return 1
+    r=$(http_get "$HICACHE_TEST_MOONCAKE_METRICS_PORT" /metrics/summary) || true
+    [[ "$r" =~ $re ]] && [[ "${BASH_REMATCH[1]}" != "0 B"* ]]
 }
 
 unit_ready() {
@@ -144,7 +157,7 @@ start_unit() {
         return 0
     fi
     ensure_installed "$unit"
-    : >"$dir/log"
+    if [ -f "$dir/log" ]; then mv -f "$dir/log" "$dir/log.prev"; fi # keep the last run's log (e.g. a crash)
     case "$unit" in
         redis)
             hc_spawn "$dir/pid" "$dir/log" "$(hc_bin redis-server)" \
@@ -321,7 +334,7 @@ start_cluster_units() {
 
 # ---------------------------------------------------------------------------------------------
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { awk 'NR == 1 { next } /^# shellcheck/ || !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0" >&2; exit 2; }
 
 [ $# -ge 1 ] || usage
 action=$1

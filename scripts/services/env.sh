@@ -8,6 +8,7 @@
 # Every value can be overridden by exporting it before this file is sourced; the start/stop
 # scripts source this same file, so tests and servers always agree on ports.
 # Ports are fixed but unusual, all on 127.0.0.1 (never 0.0.0.0).
+# shellcheck disable=SC2163  # word splitting of port/name lists is intended
 
 _hc_env_dir="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"
 : "${HICACHE_REPO_ROOT:=$(cd "$_hc_env_dir/../.." && pwd)}"

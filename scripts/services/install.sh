@@ -48,7 +48,7 @@ stop_distro_redis() {
     # Anything left that runs the distro config file (not ours: ours never use a config file).
     local pid
     for pid in $(pgrep -x redis-server 2>/dev/null || true); do
-        if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q ':6379'; then
+        if [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)" == *:6379* ]]; then
             as_root kill "$pid" 2>/dev/null || true
         fi
     done
@@ -68,11 +68,13 @@ install_apt() {
     local had_redis=0
     [ "$(dpkg-query -W -f='${Status}' redis-server 2>/dev/null || true)" = "install ok installed" ] && had_redis=1
     local apt_opts=(-q -y -o DPkg::Lock::Timeout=600 -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null ||
-        hc_die "apt-get update failed"
+    mkdir -p "$HICACHE_SERVICES_DIR"
+    local log="$HICACHE_SERVICES_DIR/install-apt.log"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 update >"$log" 2>&1 ||
+        hc_fail_log "apt-get update failed" "$log"
     # shellcheck disable=SC2086
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install "${apt_opts[@]}" --no-install-recommends $missing >/dev/null ||
-        hc_die "apt-get install$missing failed"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install "${apt_opts[@]}" --no-install-recommends $missing >>"$log" 2>&1 ||
+        hc_fail_log "apt-get install$missing failed" "$log"
     if [ $had_redis = 0 ]; then
         stop_distro_redis
     fi
@@ -113,8 +115,10 @@ install_pip() {
         return 0
     fi
     hc_log "pip: installing -r $(basename "$REQS") into $HICACHE_VENV"
-    "$HICACHE_VENV/bin/pip" install -q --disable-pip-version-check -r "$REQS" ||
-        hc_die "pip install -r $REQS failed"
+    mkdir -p "$HICACHE_SERVICES_DIR"
+    local log="$HICACHE_SERVICES_DIR/install-pip.log"
+    "$HICACHE_VENV/bin/pip" install -q --disable-pip-version-check -r "$REQS" >"$log" 2>&1 ||
+        hc_fail_log "pip install -r $REQS failed" "$log"
 }
 
 [ $do_apt = 1 ] && install_apt

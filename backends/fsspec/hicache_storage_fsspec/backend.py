@@ -80,7 +80,9 @@ class FsspecBackend(HiCacheStorage):
         if protocol == "memory":  # one process only
             self.capabilities = replace(type(self).capabilities, shared=False)  # type: ignore[misc]
         self._page_name = re.compile(
-            re.escape(self.root + "/") + (f"[0-9a-f]{{{self._fanout}}}/" if self._fanout else "") + r"[A-Za-z0-9][A-Za-z0-9._-]*"
+            re.escape(self.root + "/")
+            + (f"[0-9a-f]{{{self._fanout}}}/" if self._fanout else "")
+            + r"[A-Za-z0-9][A-Za-z0-9._-]*"
         )
 
     # ------------------------------------------------------------ helpers
@@ -124,7 +126,9 @@ class FsspecBackend(HiCacheStorage):
     def _settle(self, outcomes: list[Any], ok: Callable[[Any], bool]) -> list[bool]:
         """Per-key results from values or exceptions: a missing file is ``False``; if every key
         faulted otherwise, the first fault is raised (an outage, for the resilience policy)."""
-        faults = [item for item in outcomes if isinstance(item, BaseException) and not isinstance(item, FileNotFoundError)]
+        faults = [
+            item for item in outcomes if isinstance(item, BaseException) and not isinstance(item, FileNotFoundError)
+        ]
         if faults and len(faults) == len(outcomes):
             raise faults[0]
         if faults:

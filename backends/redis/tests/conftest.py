@@ -12,10 +12,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hicache_storage_redis import RedisBackend  # noqa: E402
-from redis_support import control, make_pool, settings  # noqa: E402
+from hicache_storage_redis import RedisBackend
+from redis_support import control, make_pool, settings
 
-from hicache_storage import HostKVPool, make_config  # noqa: E402
+from hicache_storage import HostKVPool, make_config
 
 
 @pytest.fixture(scope="session")

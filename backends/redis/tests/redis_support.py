@@ -20,8 +20,14 @@ PAGE_SIZE = 4
 
 def make_pool(layout: str = "page_first", is_mla: bool = False, num_pages: int = 16) -> HostKVPool:
     pool = HostKVPool(
-        num_pages=num_pages, page_size=PAGE_SIZE, layer_num=3, layout=layout, is_mla=is_mla,
-        head_num=2, head_dim=8, kv_cache_dim=24,
+        num_pages=num_pages,
+        page_size=PAGE_SIZE,
+        layer_num=3,
+        layout=layout,
+        is_mla=is_mla,
+        head_num=2,
+        head_dim=8,
+        kv_cache_dim=24,
     )
     raw = pool.kv_buffer.view(-1).view(torch.uint8)
     raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(3)))
@@ -53,6 +59,7 @@ def control(action: str, *names: str) -> None:
     """``start.sh``/``stop.sh`` NAME...; raises with the script's output on failure."""
     done = subprocess.run(
         ["bash", str(SCRIPTS / f"{action}.sh"), *names],
+        check=False,
         capture_output=True,
         text=True,
         timeout=180,

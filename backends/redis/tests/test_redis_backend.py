@@ -34,8 +34,23 @@ def guarded_server() -> Iterator[dict[str, Any]]:
     if binary is None:
         pytest.fail("redis-server is not installed (scripts/services/install.sh installs it)")
     port, password = free_port(), "pa55-word-xyz"
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--requirepass", password, "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"]
+    args = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--requirepass",
+        password,
+        "--maxmemory",
+        "2mb",
+        "--maxmemory-policy",
+        "allkeys-lru",
+    ]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = redis.Redis(port=port, password=password, socket_timeout=1)
     try:
@@ -248,7 +263,9 @@ def test_construction_with_server_down_then_bounded_misses() -> None:
 
 
 @pytest.mark.parametrize("service", ["redis", "redis-cluster"])
-def test_server_stopped_then_restarted(service: str, redis_url: str, cluster_nodes: list[str], open_backend: Any) -> None:
+def test_server_stopped_then_restarted(
+    service: str, redis_url: str, cluster_nodes: list[str], open_backend: Any
+) -> None:
     options = {"url": redis_url} if service == "redis" else {"cluster": True, "nodes": cluster_nodes}
     backend = open_backend({**options, "resilience": FAST})
     keys = keys_for(4)

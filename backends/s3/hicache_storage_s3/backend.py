@@ -94,7 +94,12 @@ class S3Backend(HiCacheStorage):
         """Keys of every page object under the prefix."""
         paginator = self._client.get_paginator("list_objects_v2")
         listing = paginator.paginate(Bucket=self.bucket, Prefix=self.root + "/" if self.root else "")
-        return [item["Key"] for page in listing for item in page.get("Contents", ()) if self._key_pattern.fullmatch(item["Key"])]
+        return [
+            item["Key"]
+            for page in listing
+            for item in page.get("Contents", ())
+            if self._key_pattern.fullmatch(item["Key"])
+        ]
 
     def _check_bucket(self) -> None:
         try:

@@ -63,13 +63,17 @@ class S3Options:
         if not _PREFIX.fullmatch(self.prefix) or "//" in self.prefix:
             raise ConfigError("extra_config.prefix", f"{self.prefix!r}: use letters, digits and !_.*'()/- only")
         if self.endpoint_url is not None and not self.endpoint_url.startswith(("http://", "https://")):
-            raise ConfigError("extra_config.endpoint_url", f"must start with http:// or https://, got {self.endpoint_url!r}")
+            raise ConfigError(
+                "extra_config.endpoint_url", f"must start with http:// or https://, got {self.endpoint_url!r}"
+            )
         if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
             raise ConfigError(
                 "extra_config.aws_secret_access_key", "give aws_access_key_id and aws_secret_access_key together"
             )
         if self.addressing_style not in (None, "auto", "path", "virtual"):
-            raise ConfigError("extra_config.addressing_style", f"must be auto, path or virtual, got {self.addressing_style!r}")
+            raise ConfigError(
+                "extra_config.addressing_style", f"must be auto, path or virtual, got {self.addressing_style!r}"
+            )
         if not 1 <= self.max_workers <= 512:
             raise ConfigError("extra_config.max_workers", f"must be in 1..512, got {self.max_workers}")
         if not 0 <= self.fanout_chars <= 8:

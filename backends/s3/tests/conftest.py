@@ -12,10 +12,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hicache_storage_s3 import S3Backend  # noqa: E402
-from s3_support import control, make_pool, s3_client, s3_options, settings  # noqa: E402
+from hicache_storage_s3 import S3Backend
+from s3_support import control, make_pool, s3_client, s3_options, settings
 
-from hicache_storage import HostKVPool, make_config  # noqa: E402
+from hicache_storage import HostKVPool, make_config
 
 
 @pytest.fixture(scope="session")

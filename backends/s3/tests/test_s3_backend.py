@@ -105,9 +105,14 @@ def test_unreachable_endpoint_does_not_fail_construction() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    options = {"bucket": "some-bucket", "endpoint_url": f"http://127.0.0.1:{port}", "region": "us-east-1",
-               "aws_access_key_id": "AKIDEXAMPLE", "aws_secret_access_key": "s3cr3t-value-do-not-show",
-               "resilience": FAST}
+    options = {
+        "bucket": "some-bucket",
+        "endpoint_url": f"http://127.0.0.1:{port}",
+        "region": "us-east-1",
+        "aws_access_key_id": "AKIDEXAMPLE",
+        "aws_secret_access_key": "s3cr3t-value-do-not-show",
+        "resilience": FAST,
+    }
     backend = S3Backend(make_config("m", extra_config=options))
     backend.register_mem_pool_host(make_pool())
     keys = keys_for(2)

@@ -295,6 +295,9 @@ def test_named_store_rejects_conflicting_capacity(store_name: str) -> None:
     with pytest.raises(ConfigError) as info:
         make_backend(store=store_name)
     assert info.value.option == "extra_config.capacity_bytes"
+    with pytest.raises(ConfigError) as info:
+        make_backend(store=store_name, capacity_bytes=MiB, keys_only=True)
+    assert info.value.option == "extra_config.keys_only"
 
 
 def test_delete_and_clear(store_name: str) -> None:

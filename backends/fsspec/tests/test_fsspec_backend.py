@@ -1,0 +1,154 @@
+"""Tests of the fsspec backend on memory://, local files and s3fs against a real S3 server (moto)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fsspec_support import PAGE_SIZE, control, indices, keys_for, make_pool, page_bytes, s3_client, s3_storage_options
+from hicache_storage_fsspec import FsspecBackend
+
+from hicache_storage import ConfigError, load_backend, make_config
+from hicache_storage.page_format import HEADER_SIZE, encode_record
+
+FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.01, "breaker_reset_s": 0.05}
+
+
+@pytest.mark.parametrize("layout", ["layer_first", "page_first"])
+@pytest.mark.parametrize("is_mla", [False, True], ids=["mha", "mla"])
+def test_v1_round_trip_is_byte_exact(location: dict[str, Any], open_backend: Any, layout: str, is_mla: bool) -> None:
+    pool = make_pool(layout=layout, is_mla=is_mla)
+    backend = open_backend(location, pool)
+    keys = keys_for(5)
+    written = [page_bytes(pool, p) for p in range(5)]
+    assert backend.batch_set_v1(keys, indices(0, 5)) == [True] * 5
+    assert backend.batch_get_v1(keys, indices(8, 5)) == [True] * 5
+    assert [page_bytes(pool, p) for p in range(8, 13)] == written
+    assert backend.batch_exists(keys) == 5
+
+
+def test_v0_partial_hits_delete_and_stored_format(location: dict[str, Any], open_backend: Any) -> None:
+    pool = make_pool()
+    backend = open_backend(location, pool)
+    keys = keys_for(4)
+    values = [pool.get_data_page(p * PAGE_SIZE) for p in (0, 2)]
+    assert backend.batch_set([keys[0], keys[2]], values) is True
+    assert backend.batch_exists_each(keys) == [True, False, True, False]
+    got = backend.batch_get(keys)
+    assert got[1] is None and got[3] is None
+    assert bytes(got[0].view(torch.uint8).numpy()) == page_bytes(pool, 0)
+    skey = backend.keyspace.storage_key(keys[0])
+    assert backend.fs.cat_file(backend.path_for(skey)) == encode_record([memoryview(page_bytes(pool, 0))])
+    assert backend.delete(keys[:2]) == [True, True]
+    assert backend.batch_exists_each(keys) == [False, False, True, False]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+def test_damaged_file_is_a_counted_miss(location: dict[str, Any], open_backend: Any, damage: str) -> None:
+    backend = open_backend(location)
+    keys = keys_for(2)
+    assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    store = backend.raw_store()
+    skey = backend.keyspace.storage_key(keys[0])
+    record = bytearray(store[skey])
+    if damage == "flip":
+        record[-7] ^= 0x80
+    elif damage == "truncate":
+        del record[-1:]
+    else:
+        record[:HEADER_SIZE] = b"\xff" * HEADER_SIZE
+    store[skey] = bytes(record)
+    assert backend.batch_get_v1(keys, indices(4, 2)) == [False, True]
+    assert backend.stats.get("integrity_failures") == 1
+    assert backend.batch_exists_each(keys) == [damage != "truncate", True]
+
+
+def test_isolation_and_scoped_clear(location: dict[str, Any], open_backend: Any) -> None:
+    keys = keys_for(3)
+    a = open_backend(location)
+    b = open_backend(location, model="other")
+    assert a.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert b.batch_exists_each(keys) == [False] * 3
+    assert b.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    foreign = f"{a.root}/README.txt"
+    a.fs.pipe_file(foreign, b"keep")
+    a.clear()
+    assert a.batch_exists_each(keys) == [False] * 3
+    assert b.batch_exists_each(keys) == [False] * 3, "same url: clear removes every page under it"
+    assert a.fs.cat_file(foreign) == b"keep"
+    assert len(a.raw_store()) == 0
+
+
+def test_local_writes_are_atomic_renames_without_leftovers(tmp_path: Path, open_backend: Any) -> None:
+    backend = open_backend({"url": f"file://{tmp_path}/c", "fanout_chars": 0})
+    keys = keys_for(3)
+    assert backend.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    names = sorted(os.listdir(tmp_path / "c"))
+    assert names == sorted(backend.keyspace.storage_key(k) for k in keys)
+    assert backend._rename and backend._local is not None
+
+
+def test_memory_is_not_shared_across_processes() -> None:
+    backend = FsspecBackend(make_config("m", extra_config={"url": "memory://x"}))
+    assert backend.capabilities.shared is False and backend.capabilities.persistent
+    backend.close()
+
+
+def test_s3fs_stopped_server_gives_bounded_misses_then_recovers(
+    env: dict[str, str], bucket: str, open_backend: Any
+) -> None:
+    options = {"url": f"s3://{bucket}/fault", "storage_options": s3_storage_options(env), "resilience": FAST}
+    backend = open_backend(options)
+    keys = keys_for(4)
+    assert backend.batch_set_v1(keys[:2], indices(0, 2)) == [True, True]
+    control("stop", "s3")
+    try:
+        begin = time.monotonic()
+        assert backend.batch_exists_each(keys) == [False] * 4
+        assert backend.batch_get_v1(keys[:2], indices(4, 2)) == [False, False]
+        assert backend.batch_set_v1(keys[2:], indices(2, 2)) == [False, False]
+        assert time.monotonic() - begin < 10
+    finally:
+        control("start", "s3")
+        s3_client(env).create_bucket(Bucket=bucket)  # type: ignore[attr-defined]  # moto keeps no state
+    deadline = time.monotonic() + 20
+    while backend.batch_set_v1(keys[2:], indices(2, 2)) != [True, True]:
+        assert time.monotonic() < deadline, "backend did not recover after the restart"
+        time.sleep(0.1)
+    assert backend.batch_get_v1(keys[2:], indices(6, 2)) == [True, True]
+
+
+def test_credentials_are_redacted(env: dict[str, str], bucket: str) -> None:
+    options = {"url": f"s3://{bucket}/r", "storage_options": {**s3_storage_options(env), "secret": "zz-top-secret"}}
+    backend = FsspecBackend(make_config("m", extra_config=options))
+    assert "zz-top-secret" not in repr(backend)
+    backend.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"url": ""}, "extra_config.url"),
+        ({"url": "nosuchproto://x"}, "extra_config.url"),
+        ({"url": "memory://x", "fanout_chars": 9}, "extra_config.fanout_chars"),
+        ({"url": "memory://x", "concurrency": 0}, "extra_config.concurrency"),
+        ({"url": "memory://x", "write_mode": "sometimes"}, "extra_config.write_mode"),
+        ({"url": "memory://x", "storage_options": "nope"}, "extra_config.storage_options"),
+        ({}, "extra_config.url"),
+        ({"url": "memory://x", "bogus": 1}, "extra_config.bogus"),
+    ],
+)
+def test_bad_options_raise_config_error_naming_them(options: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        FsspecBackend(make_config("m", extra_config=options))
+    assert caught.value.option == named
+
+
+def test_entry_point_loads() -> None:
+    backend = load_backend("fsspec", make_config("m", extra_config={"url": "memory://ep"}))
+    assert isinstance(backend, FsspecBackend)
+    backend.close()

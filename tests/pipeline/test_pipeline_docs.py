@@ -1,0 +1,14 @@
+"""The example in docs/pipeline.md runs as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "pipeline.md"
+
+
+def test_docs_example_runs() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], str(DOC), "exec"), {"__name__": "docs_example"})

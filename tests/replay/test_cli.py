@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from replay_support import write_trace
+
+from hicache_storage.commands import run
+
+pytest.importorskip("hicache_storage_sim")
+
+
+def test_replay_cli_writes_table_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    trace = write_trace(tmp_path / "t.jsonl")
+    args = ["replay", str(trace), "--backend", "sim", "--page-size", "4", "--block-tokens", "8"]
+    args += ["--device-tokens", "16", "--bytes-per-token", "16", "--json", str(tmp_path / "r.json")]
+    args += ["--plot", str(tmp_path / "img"), "--mode", "none,cache", "--mode", "buffer_only"]
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert "oracle ceiling" in out and "33.3% of 12 input blocks" in out
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [r["mode"] for r in data["results"]] == ["none", "cache", "buffer_only"]
+    assert data["results"][1]["hit_tokens"] == {"device": 0, "host": 16, "storage": 16}
+    assert set(data["results"][2]["ttft_seconds"]) == {"p50", "p90", "p99"}
+    assert (tmp_path / "img" / "replay-hit-rate.png").stat().st_size > 1000
+    assert (tmp_path / "img" / "replay-ttft-cdf.png").stat().st_size > 1000
+
+
+def test_replay_cli_reports_malformed_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write_trace(tmp_path / "t.jsonl")
+    trace.write_text(trace.read_text() + '{"timestamp": 1, "input_length": 8, "output_length": 1}\n')
+    assert run(["replay", str(trace), "--block-tokens", "8", "--page-size", "4"]) == 2
+    err = "".join(capsys.readouterr().err.split())  # the console may wrap the message
+    assert "t.jsonl:7:missingfield'hash_ids'" in err
+
+
+def test_replay_cli_rejects_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write_trace(tmp_path / "t.jsonl")
+    assert run(["replay", str(trace), "--mode", "tiered"]) == 2
+    assert "unknown mode 'tiered'" in capsys.readouterr().err
