@@ -55,18 +55,21 @@ def settings() -> dict[str, str]:
     return json.loads(out.stdout)
 
 
-def control(action: str, *names: str) -> None:
-    """``start.sh``/``stop.sh`` NAME...; raises with the script's output on failure."""
-    done = subprocess.run(
-        ["bash", str(SCRIPTS / f"{action}.sh"), *names],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=dict(os.environ),
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{action}.sh {' '.join(names)} failed:\n{done.stdout}\n{done.stderr}")
+def control(action: str, *names: str, attempts: int = 3) -> None:
+    """``start.sh``/``stop.sh`` NAME...; a failed start is tried again (up to ``attempts`` times)."""
+    for attempt in range(attempts):
+        done = subprocess.run(
+            ["bash", str(SCRIPTS / f"{action}.sh"), *names],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=dict(os.environ),
+        )
+        if done.returncode == 0:
+            return
+        if action != "start" or attempt == attempts - 1:
+            raise RuntimeError(f"{action}.sh {' '.join(names)} failed:\n{done.stdout}\n{done.stderr}")
 
 
 def s3_client(env: dict[str, str]) -> object:
