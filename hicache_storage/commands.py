@@ -65,7 +65,9 @@ def _cmd_backends(args: argparse.Namespace, console: Console) -> int:
     for info in infos:
         caps = ", ".join(k for k, v in info.capabilities.items() if v is True)
         status = "[green]ok[/]" if info.ok else f"[red]error:[/] {info.error}"
-        table.add_row(info.name, info.distribution or info.source, info.version or "", info.api_version or "", caps, status)
+        table.add_row(
+            info.name, info.distribution or info.source, info.version or "", info.api_version or "", caps, status
+        )
     console.print(table)
     return 0
 
@@ -103,7 +105,17 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
     finally:
         cleanup(owned)
     table = Table(title="hicache-storage demo: host pool -> storage -> host pool, every byte verified")
-    for column in ("backend", "pages", "bytes", "write GB/s", "read GB/s", "stored", "read back", "byte-exact", "result"):
+    for column in (
+        "backend",
+        "pages",
+        "bytes",
+        "write GB/s",
+        "read GB/s",
+        "stored",
+        "read back",
+        "byte-exact",
+        "result",
+    ):
         table.add_column(column, justify="right")
     for r in results:
         total = r.pages * r.page_bytes

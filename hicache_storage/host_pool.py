@@ -257,7 +257,7 @@ class HostKVPool:
             unowned = [page for page in pages if page not in self._owners]
             if unowned:
                 raise HostPoolError(f"free(): pages {unowned} are not allocated (double free?)")
-            for page in pages:
+            for page in reversed(pages):  # so the next alloc hands them out in ascending order
                 del self._owners[page]
                 self._free_pages.append(page)
         return len(pages) * self.page_size

@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-from functools import cached_property
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from .errors import InvalidKeyError
 

@@ -53,7 +53,9 @@ class MemoryBackend(HiCacheStorage):
 
 
 def make_pool() -> HostKVPool:
-    p = HostKVPool(num_pages=64, page_size=4, layer_num=2, head_num=2, head_dim=8, dtype="bfloat16", layout="page_first")
+    p = HostKVPool(
+        num_pages=64, page_size=4, layer_num=2, head_num=2, head_dim=8, dtype="bfloat16", layout="page_first"
+    )
     generator = torch.Generator().manual_seed(1)
     p.kv_buffer.copy_(torch.randn(p.kv_buffer.shape, generator=generator))
     return p
@@ -61,4 +63,8 @@ def make_pool() -> HostKVPool:
 
 def page_indices(*pages: int, page_size: int = 4) -> torch.Tensor:
     """Token indices of the given page numbers."""
-    return torch.cat([torch.arange(p * page_size, (p + 1) * page_size) for p in pages]) if pages else torch.empty(0, dtype=torch.int64)
+    return (
+        torch.cat([torch.arange(p * page_size, (p + 1) * page_size) for p in pages])
+        if pages
+        else torch.empty(0, dtype=torch.int64)
+    )

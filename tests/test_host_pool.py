@@ -9,17 +9,31 @@ L, P, H, D, C = 3, 4, 2, 8, 12
 
 def make(layout: str, mla: bool, dtype: str = "bfloat16") -> HostKVPool:
     pool = HostKVPool(
-        num_pages=5, page_size=P, layer_num=L, head_num=H, head_dim=D, kv_cache_dim=C, dtype=dtype, layout=layout, is_mla=mla
+        num_pages=5,
+        page_size=P,
+        layer_num=L,
+        head_num=H,
+        head_dim=D,
+        kv_cache_dim=C,
+        dtype=dtype,
+        layout=layout,
+        is_mla=mla,
     )
-    pool.kv_buffer.view(torch.uint8).copy_(torch.randint(0, 256, pool.kv_buffer.view(torch.uint8).shape, dtype=torch.uint8))
+    pool.kv_buffer.view(torch.uint8).copy_(
+        torch.randint(0, 256, pool.kv_buffer.view(torch.uint8).shape, dtype=torch.uint8)
+    )
     return pool
 
 
 def reference_page(pool: HostKVPool, t: int) -> torch.Tensor:
     kb = pool.kv_buffer
     if pool.is_mla:
-        return {"layer_first": kb[:, t : t + P], "page_first": kb[t : t + P], "page_first_direct": kb[t // P]}[pool.layout].flatten()
-    return {"layer_first": kb[:, :, t : t + P], "page_first": kb[:, t : t + P], "page_first_direct": kb[:, t // P]}[pool.layout].flatten()
+        return {"layer_first": kb[:, t : t + P], "page_first": kb[t : t + P], "page_first_direct": kb[t // P]}[
+            pool.layout
+        ].flatten()
+    return {"layer_first": kb[:, :, t : t + P], "page_first": kb[:, t : t + P], "page_first_direct": kb[:, t // P]}[
+        pool.layout
+    ].flatten()
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -95,7 +109,12 @@ def test_free_with_bad_index_changes_nothing():
 
 @pytest.mark.parametrize(
     ("kwargs", "option"),
-    [({"layout": "paged"}, "layout"), ({"dtype": "float128"}, "dtype"), ({"page_size": 0}, "page_size"), ({"head_dim": -1}, "head_dim")],
+    [
+        ({"layout": "paged"}, "layout"),
+        ({"dtype": "float128"}, "dtype"),
+        ({"page_size": 0}, "page_size"),
+        ({"head_dim": -1}, "head_dim"),
+    ],
 )
 def test_bad_geometry_names_the_option(kwargs, option):
     base = dict(num_pages=2, page_size=4, layer_num=1)

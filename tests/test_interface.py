@@ -11,7 +11,10 @@ from hicache_storage.interface import UnsupportedOperation
 
 
 def pages_equal(pool: HostKVPool, a: int, b: int) -> bool:
-    return torch.equal(pool.get_data_page(a * pool.page_size).view(torch.uint8), pool.get_data_page(b * pool.page_size).view(torch.uint8))
+    return torch.equal(
+        pool.get_data_page(a * pool.page_size).view(torch.uint8),
+        pool.get_data_page(b * pool.page_size).view(torch.uint8),
+    )
 
 
 def test_v1_round_trip_and_per_key_results(backend, pool):
@@ -36,7 +39,7 @@ def test_v0_and_v1_share_pages(backend, pool):
     got = backend.get("v1")
     assert got is not None and torch.equal(got.view(torch.uint8), pool.get_data_page(12).view(torch.uint8))
     assert backend.get("nope") is None
-    assert backend.batch_get(["v1", "nope"]) [1] is None
+    assert backend.batch_get(["v1", "nope"])[1] is None
     target = pool.get_dummy_flat_data_page()
     assert backend.get("v1", target) is target
 

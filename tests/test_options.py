@@ -25,7 +25,10 @@ def test_parses_and_coerces_ints_to_floats():
     ("values", "pattern"),
     [
         ({}, r"extra_config\.path: required option is missing"),
-        ({"path": "/x", "fanuot": 1}, r"extra_config\.fanuot: unknown option; valid options: fanout, path, rate, tls, ttl"),
+        (
+            {"path": "/x", "fanuot": 1},
+            r"extra_config\.fanuot: unknown option; valid options: fanout, path, rate, tls, ttl",
+        ),
         ({"path": "/x", "fanout": "2"}, r"extra_config\.fanout: expected int, got str '2'"),
         ({"path": "/x", "fanout": True}, r"extra_config\.fanout: expected int"),
         ({"path": "/x", "tls": 1}, r"extra_config\.tls: expected bool"),

@@ -1,6 +1,13 @@
 import pytest
 
-from hicache_storage.page_format import HEADER_SIZE, PageRecordError, decode_into, encode_header, encode_record, parse_header
+from hicache_storage.page_format import (
+    HEADER_SIZE,
+    PageRecordError,
+    decode_into,
+    encode_header,
+    encode_record,
+    parse_header,
+)
 
 
 def test_round_trip_scatters_into_segments():

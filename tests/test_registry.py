@@ -98,14 +98,16 @@ def test_api_version_check(plugin_path, name, pattern):
 
 def test_api_version_rules():
     check_api_version("1.0")
-    with pytest.raises(ApiVersionError, match="MAJOR.MINOR"):
+    with pytest.raises(ApiVersionError, match=r"MAJOR\.MINOR"):
         check_api_version("one")
     with pytest.raises(ApiVersionError):
         check_api_version("0.9")
 
 
 def test_unknown_name_lists_known_and_hints_install(plugin_path):
-    with pytest.raises(BackendLoadError, match=r"no backend named 'nosuch' \(known: .*good.*pip install hicache-storage-nosuch"):
+    with pytest.raises(
+        BackendLoadError, match=r"no backend named 'nosuch' \(known: .*good.*pip install hicache-storage-nosuch"
+    ):
         resolve_backend("nosuch", path=plugin_path)
 
 

@@ -1,4 +1,4 @@
-"""Helpers for the pipeline tests: pools, the sim backend, a scripted backend, page contents, a clock."""
+"""Support code for the pipeline tests: pools, the sim backend, a scripted backend, page contents, a clock."""
 
 from __future__ import annotations
 

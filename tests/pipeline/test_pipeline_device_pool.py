@@ -41,3 +41,5 @@ def test_allocator_owner_tags_and_double_free() -> None:
     with pytest.raises(HostPoolError, match="page-aligned"):
         pool.free(tokens[1 : pool.page_size + 1])
     assert pool.free_pages == 4
+    again = pool.alloc(3 * pool.page_size)  # freed pages come back ascending
+    assert again is not None and again.tolist() == list(range(3 * pool.page_size))

@@ -1,0 +1,347 @@
+"""The mooncake backend: one Mooncake Store object per page, moved straight from/to host-pool memory.
+
+The host pool's buffer is registered with the transfer engine, so pages travel by pointer:
+
+- one-segment pages (MLA, v0 flat pages): ``batch_upsert_from`` / ``batch_get_into``;
+- multi-segment pages (MHA K and V, ``layer_first`` layers): ``batch_put_from_multi_buffers`` /
+  ``batch_get_into_multi_buffers``, one object holding the segments back to back. Mooncake has no
+  multi-buffer upsert and ``put`` keeps an old value, so the batch's keys are removed (``force``) first.
+
+Pages outside registered memory (v0 flat tensors) go through a registered staging buffer. A read is
+a hit only when Mooncake returns exactly the page's byte count, so a truncated or oversized object
+is a miss; payload bytes are not checksummed (``verifies_integrity`` is not declared). A batch in
+which every key fails with RPC_FAIL (master unreachable) raises :class:`BackendFault`, which the
+SDK turns into misses / ``False`` and feeds to the circuit breaker; other negative codes are per-key
+failures counted as ``mooncake_<code name>``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, MutableMapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig
+from hicache_storage.page_buffers import PageBuffers
+
+from .client import OBJECT_NOT_FOUND, RPC_FAIL, CallGate, code_name, import_store, open_store
+from .options import MooncakeOptions
+
+__all__ = ["MooncakeBackend", "MooncakeRawStore"]
+
+#: How long ``close()`` waits for calls in flight before giving up on closing the client.
+CLOSE_WAIT_S = 30.0
+
+
+def _address(segment: memoryview) -> int:
+    """Address of a segment's first byte (read-only views too)."""
+    return int(np.frombuffer(segment, np.uint8).__array_interface__["data"][0])
+
+
+class MooncakeBackend(HiCacheStorage):
+    """Pages in a Mooncake Store (see :class:`MooncakeOptions`).
+
+    Construction sets up the client and raises :class:`BackendFault` naming the master when none
+    answers (after ``setup_retries`` attempts of about 4.4 s each). ``raw_store()`` is a mapping
+    over the stored objects (storage key → bytes) for tools and tests.
+    """
+
+    Options: ClassVar[type[Any]] = MooncakeOptions
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        zero_copy=True,
+        persistent=False,
+        shared=True,
+        may_evict=True,
+        supports_delete=True,
+        supports_clear=True,
+        max_batch_size=128,
+        verifies_integrity=False,
+    )
+
+    def __init__(self, config: HiCacheStorageConfig) -> None:
+        super().__init__(config)
+        options: MooncakeOptions = self.options
+        self.key_prefix = options.key_prefix
+        _, replicate_cls = import_store()
+        self._replicate = replicate_cls()
+        self._replicate.replica_num = options.replica_num
+        self._gate = CallGate()
+        self._store: Any = open_store(options)
+        self._regions: list[tuple[int, int]] = []
+        self._staging: torch.Tensor | None = None
+        self._staging_pages = 0
+        self._staging_lock = threading.Lock()
+
+    # ------------------------------------------------------------ set-up
+    def on_register_pool(self, pool: Any) -> None:
+        """Register the pool's buffer(s) and a staging buffer with the transfer engine."""
+        buffers = pool.kv_buffer if isinstance(pool.kv_buffer, (list, tuple)) else [pool.kv_buffer]
+        for tensor in buffers:
+            self._register(int(tensor.data_ptr()), int(tensor.numel() * tensor.element_size()))
+        page_bytes = self.keyspace.page_bytes if self.keyspace is not None else 0
+        pages = max(1, int(self.options.staging_buffer_size) // max(page_bytes, 1))
+        with self._staging_lock:
+            if self._staging is None:
+                self._staging = torch.empty(pages * page_bytes, dtype=torch.uint8)
+                self._staging_pages = pages
+                self._register(int(self._staging.data_ptr()), pages * page_bytes)
+
+    def _register(self, ptr: int, size: int) -> None:
+        if size <= 0 or self._registered(ptr, size):
+            return
+        with self._gate:
+            code = self._store.register_buffer(ptr, size)
+        if code != 0:  # left unregistered: its pages are copied through the staging buffer
+            self.stats.bump("mooncake_register_failed")
+            return
+        self._regions.append((ptr, ptr + size))
+
+    def _registered(self, ptr: int, size: int) -> bool:
+        return any(begin <= ptr and ptr + size <= end for begin, end in self._regions)
+
+    def mooncake_key(self, storage_key: str) -> str:
+        """The Mooncake object key of a storage key."""
+        return self.key_prefix + storage_key
+
+    def raw_store(self) -> MooncakeRawStore:
+        """Mapping storage key → stored object bytes, behind the backend's back (small objects only)."""
+        return MooncakeRawStore(self)
+
+    # ------------------------------------------------------------ codes
+    def _check(self, codes: Any, count: int, what: str) -> list[int]:
+        """Return codes as ints; :class:`BackendFault` when the call failed as a whole."""
+        if not isinstance(codes, list) or len(codes) != count:
+            raise BackendFault(f"Mooncake {what} returned {codes!r} for {count} keys")
+        values = [int(code) for code in codes]
+        if values and all(code == RPC_FAIL for code in values):
+            raise BackendFault(f"Mooncake master {self.options.master_server_address} unreachable during {what}")
+        for code in values:
+            if code < 0 and code != OBJECT_NOT_FOUND:
+                self.stats.bump(code_name(code))
+        return values
+
+    def _plan(self, pages: Sequence[PageBuffers]) -> tuple[list[int], list[list[int]], list[list[int]], list[int]]:
+        """Split pages into direct (index, pointers, sizes) and staged (indices) transfers."""
+        direct: list[int] = []
+        ptrs: list[list[int]] = []
+        sizes: list[list[int]] = []
+        staged: list[int] = []
+        for index, page in enumerate(pages):
+            page_ptrs = [_address(segment) for segment in page]
+            page_sizes = [segment.nbytes for segment in page]
+            if all(self._registered(p, s) for p, s in zip(page_ptrs, page_sizes, strict=True)):
+                direct.append(index)
+                ptrs.append(page_ptrs)
+                sizes.append(page_sizes)
+            else:
+                staged.append(index)
+        return direct, ptrs, sizes, staged
+
+    def _staging_chunks(self, staged: list[int]) -> Iterator[list[int]]:
+        step = max(1, self._staging_pages)
+        for begin in range(0, len(staged), step):
+            yield staged[begin : begin + step]
+
+    def _staging_view(self) -> tuple[torch.Tensor, int]:
+        if self._staging is None:
+            raise BackendFault("no staging buffer: register_mem_pool_host was not called")
+        return self._staging, int(self._staging.data_ptr())
+
+    # ------------------------------------------------------------ primitives
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+        """Upsert each page as one object (multi-segment pages: remove, then multi-buffer put)."""
+        out = [False] * len(keys)
+        mkeys = [self.mooncake_key(key) for key in keys]
+        direct, ptrs, sizes, staged = self._plan(pages)
+        with self._gate:
+            single = [n for n, page_ptrs in enumerate(ptrs) if len(page_ptrs) == 1]
+            multi = [n for n, page_ptrs in enumerate(ptrs) if len(page_ptrs) > 1]
+            if single:
+                codes = self._check(
+                    self._store.batch_upsert_from(
+                        [mkeys[direct[n]] for n in single],
+                        [ptrs[n][0] for n in single],
+                        [sizes[n][0] for n in single],
+                        self._replicate,
+                    ),
+                    len(single),
+                    "batch_upsert_from",
+                )
+                for n, code in zip(single, codes, strict=True):
+                    out[direct[n]] = code == 0
+            if multi:
+                names = [mkeys[direct[n]] for n in multi]
+                self._check(self._store.batch_remove(names, True), len(names), "batch_remove")
+                codes = self._check(
+                    self._store.batch_put_from_multi_buffers(
+                        names, [ptrs[n] for n in multi], [sizes[n] for n in multi], self._replicate
+                    ),
+                    len(names),
+                    "batch_put_from_multi_buffers",
+                )
+                for n, code in zip(multi, codes, strict=True):
+                    out[direct[n]] = code == 0
+            if staged:
+                self._write_staged(mkeys, pages, staged, out)
+        return out
+
+    def _write_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
+        with self._staging_lock:
+            staging, base = self._staging_view()
+            host = staging.numpy()
+            for chunk in self._staging_chunks(staged):
+                chunk_ptrs, chunk_sizes = [], []
+                offset = 0
+                for index in chunk:
+                    start = offset
+                    for segment in pages[index]:
+                        host[offset : offset + segment.nbytes] = np.frombuffer(segment, np.uint8)
+                        offset += segment.nbytes
+                    chunk_ptrs.append(base + start)
+                    chunk_sizes.append(offset - start)
+                codes = self._check(
+                    self._store.batch_upsert_from([mkeys[i] for i in chunk], chunk_ptrs, chunk_sizes, self._replicate),
+                    len(chunk),
+                    "batch_upsert_from",
+                )
+                for index, code in zip(chunk, codes, strict=True):
+                    out[index] = code == 0
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+        """Read each object into its page; a hit only when exactly the page's byte count arrived."""
+        out = [False] * len(keys)
+        mkeys = [self.mooncake_key(key) for key in keys]
+        direct, ptrs, sizes, staged = self._plan(pages)
+        with self._gate:
+            single = [n for n, page_ptrs in enumerate(ptrs) if len(page_ptrs) == 1]
+            multi = [n for n, page_ptrs in enumerate(ptrs) if len(page_ptrs) > 1]
+            if single:
+                codes = self._check(
+                    self._store.batch_get_into(
+                        [mkeys[direct[n]] for n in single], [ptrs[n][0] for n in single], [sizes[n][0] for n in single]
+                    ),
+                    len(single),
+                    "batch_get_into",
+                )
+                for n, code in zip(single, codes, strict=True):
+                    out[direct[n]] = self._complete(code, sizes[n][0])
+            if multi:
+                codes = self._check(
+                    self._store.batch_get_into_multi_buffers(
+                        [mkeys[direct[n]] for n in multi], [ptrs[n] for n in multi], [sizes[n] for n in multi]
+                    ),
+                    len(multi),
+                    "batch_get_into_multi_buffers",
+                )
+                for n, code in zip(multi, codes, strict=True):
+                    out[direct[n]] = self._complete(code, sum(sizes[n]))
+            if staged:
+                self._read_staged(mkeys, pages, staged, out)
+        return out
+
+    def _complete(self, code: int, expected: int) -> bool:
+        if code >= 0 and code != expected:
+            self.stats.bump("mooncake_size_mismatch")
+        return code == expected
+
+    def _read_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
+        with self._staging_lock:
+            staging, base = self._staging_view()
+            host = staging.numpy()
+            for chunk in self._staging_chunks(staged):
+                totals = [sum(segment.nbytes for segment in pages[index]) for index in chunk]
+                starts = [sum(totals[:n]) for n in range(len(chunk))]
+                codes = self._check(
+                    self._store.batch_get_into([mkeys[i] for i in chunk], [base + s for s in starts], totals),
+                    len(chunk),
+                    "batch_get_into",
+                )
+                for index, code, start, total in zip(chunk, codes, starts, totals, strict=True):
+                    if not self._complete(code, total):
+                        continue
+                    offset = start
+                    for segment in pages[index]:
+                        np.frombuffer(segment, np.uint8)[:] = host[offset : offset + segment.nbytes]
+                        offset += segment.nbytes
+                    out[index] = True
+
+    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+        """``batch_is_exist``: 1 is a hit; 0 and errors are misses."""
+        with self._gate:
+            codes = self._check(
+                self._store.batch_is_exist([self.mooncake_key(key) for key in keys]), len(keys), "batch_is_exist"
+            )
+        return [code == 1 for code in codes]
+
+    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+        """``batch_remove(force=True)``; a key already absent counts as deleted."""
+        with self._gate:
+            codes = self._check(
+                self._store.batch_remove([self.mooncake_key(key) for key in keys], True), len(keys), "batch_remove"
+            )
+        return [code in (0, OBJECT_NOT_FOUND) for code in codes]
+
+    def clear_pages(self) -> None:
+        """Remove every object of this deployment's key space under ``key_prefix`` (all ranks)."""
+        if self.keyspace is None:
+            return
+        pattern = "^" + (self.key_prefix + self.keyspace.prefix).replace(".", r"\.")
+        with self._gate:
+            removed = int(self._store.remove_by_regex(pattern, True))
+        if removed < 0:
+            self.stats.bump(code_name(removed))
+            raise BackendFault(f"Mooncake remove_by_regex failed with code {removed}")
+
+    def release(self) -> None:
+        """Wait for calls in flight, unregister buffers, close the client."""
+        if not self._gate.shut(CLOSE_WAIT_S):
+            self.stats.bump("mooncake_close_abandoned")
+            return
+        store, self._store = self._store, None
+        if store is None:
+            return
+        for begin, _end in self._regions:
+            store.unregister_buffer(begin)
+        self._regions.clear()
+        store.close()
+
+
+class MooncakeRawStore(MutableMapping[str, bytes]):
+    """Stored objects by storage key, through the backend's client (byte calls: small objects only).
+
+    Mooncake cannot list keys, so iteration and ``len`` raise :class:`TypeError`.
+    """
+
+    def __init__(self, backend: MooncakeBackend) -> None:
+        self._backend = backend
+
+    def _call(self, method: str, *args: Any) -> Any:
+        with self._backend._gate:
+            return getattr(self._backend._store, method)(*args)
+
+    def __getitem__(self, key: str) -> bytes:
+        name = self._backend.mooncake_key(key)
+        if int(self._call("get_size", name)) < 0:
+            raise KeyError(key)
+        return bytes(self._call("get", name))
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        code = int(self._call("upsert", self._backend.mooncake_key(key), bytes(value), self._backend._replicate))
+        if code != 0:
+            raise BackendFault(f"Mooncake upsert failed with code {code}")
+
+    def __delitem__(self, key: str) -> None:
+        code = int(self._call("remove", self._backend.mooncake_key(key), True))
+        if code == OBJECT_NOT_FOUND:
+            raise KeyError(key)
+        if code != 0:
+            raise BackendFault(f"Mooncake remove failed with code {code}")
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("a Mooncake Store cannot list its keys")
+
+    def __len__(self) -> int:
+        raise TypeError("a Mooncake Store cannot count its keys")

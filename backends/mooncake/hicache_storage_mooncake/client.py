@@ -1,0 +1,115 @@
+"""The Mooncake Store client: lazy import, fail-fast set-up, return codes, and a close-safe call gate."""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import TracebackType
+from typing import Any
+
+from hicache_storage import BackendFault
+
+from .options import MooncakeOptions
+
+__all__ = [
+    "CODE_NAMES",
+    "INSTALL_HINT",
+    "OBJECT_NOT_FOUND",
+    "RPC_FAIL",
+    "CallGate",
+    "code_name",
+    "import_store",
+    "open_store",
+]
+
+#: Codes of ``mooncake-store/include/types.h`` that this backend meets.
+CODE_NAMES: dict[int, str] = {
+    -1: "internal_error",
+    -200: "no_available_handle",
+    -600: "invalid_params",
+    -704: "object_not_found",
+    -705: "object_already_exists",
+    -706: "object_has_lease",
+    -707: "lease_expired",
+    -800: "transfer_fail",
+    -900: "rpc_fail",
+}
+OBJECT_NOT_FOUND = -704
+RPC_FAIL = -900
+
+INSTALL_HINT = (
+    "the mooncake backend needs the Mooncake Store client (Python module 'mooncake'): "
+    "pip install mooncake-transfer-engine-non-cuda   # CPU-only machines\n"
+    "pip install mooncake-transfer-engine            # machines with CUDA"
+)
+
+
+def code_name(code: int) -> str:
+    """Stats counter name of a negative Mooncake return code (``mooncake_no_available_handle``)."""
+    return "mooncake_" + CODE_NAMES.get(code, f"error_{-code}")
+
+
+def import_store() -> tuple[type[Any], type[Any]]:
+    """(``MooncakeDistributedStore``, ``ReplicateConfig``); :class:`ImportError` with the install hint."""
+    try:
+        from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+    except ImportError as error:
+        raise ImportError(INSTALL_HINT) from error
+    return MooncakeDistributedStore, ReplicateConfig
+
+
+def open_store(options: MooncakeOptions) -> Any:
+    """A set-up ``MooncakeDistributedStore``; :class:`BackendFault` naming the master when set-up fails.
+
+    ``MC_STORE_CLIENT_SETUP_RETRIES`` is set from ``setup_retries`` and ``MC_TCP_BIND_ADDRESS``
+    (the address advertised for TCP transfers) defaults to ``local_hostname``.
+    """
+    store_cls, _ = import_store()
+    os.environ["MC_STORE_CLIENT_SETUP_RETRIES"] = str(options.setup_retries)
+    if options.protocol == "tcp":
+        os.environ.setdefault("MC_TCP_BIND_ADDRESS", options.bind_host)
+    store = store_cls()
+    # Positional: the binding's keyword names differ from SGLang's option names.
+    code = store.setup(
+        str(options.local_hostname),
+        str(options.metadata_server),
+        int(options.global_segment_size),  # type: ignore[arg-type]
+        int(options.local_buffer_size),  # type: ignore[arg-type]
+        str(options.protocol),
+        str(options.device_name),
+        str(options.master_server_address),
+    )
+    if code != 0:
+        raise BackendFault(
+            f"Mooncake set-up failed with code {code} ({CODE_NAMES.get(code, 'unknown')}): no master answered at "
+            f"{options.master_server_address}, or the metadata server {options.metadata_server!r} is unreachable "
+            f"(tried {options.setup_retries} time(s))"
+        )
+    return store
+
+
+class CallGate:
+    """Counts calls in flight so the client is closed only when none runs (a call after close crashes)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0
+        self._closed = False
+
+    def __enter__(self) -> CallGate:
+        with self._cond:
+            if self._closed:
+                raise BackendFault("the Mooncake client is closed")
+            self._active += 1
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+
+    def shut(self, timeout_s: float) -> bool:
+        """Refuse new calls; ``True`` once no call is in flight (``False`` after ``timeout_s``)."""
+        with self._cond:
+            self._closed = True
+            return self._cond.wait_for(lambda: self._active == 0, timeout_s)

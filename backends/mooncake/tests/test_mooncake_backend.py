@@ -1,0 +1,232 @@
+"""The mooncake backend against a real mooncake_master on 127.0.0.1."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+import torch
+from hicache_storage_mooncake import MooncakeBackend, MooncakeOptions
+from hicache_storage_mooncake.client import INSTALL_HINT
+from hicache_storage_mooncake.options import parse_size
+from mooncake_support import client_options, ctl, indices, keys_for, make_pool, page_bytes
+
+from hicache_storage import BackendFault, ConfigError, available_backends, make_config
+
+
+# ---------------------------------------------------------------- options (no server needed)
+def test_options_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOONCAKE_MASTER", "10.0.0.1:50051")
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "2GB")
+    monkeypatch.setenv("MOONCAKE_PROTOCOL", "rdma")
+    options = MooncakeOptions()
+    assert options.master_server_address == "10.0.0.1:50051"
+    assert options.global_segment_size == 2 << 30
+    assert options.protocol == "rdma"
+    assert options.metadata_server == "P2PHANDSHAKE"
+    assert MooncakeOptions(master_server_address="h:1", protocol="tcp").protocol == "tcp"
+
+
+@pytest.mark.parametrize(
+    ("values", "option"),
+    [
+        ({}, "master_server_address"),
+        ({"master_server_address": "nohostport"}, "master_server_address"),
+        ({"master_server_address": "h:1", "protocol": "udp"}, "protocol"),
+        ({"master_server_address": "h:1", "metadata_server": "bogus"}, "metadata_server"),
+        ({"master_server_address": "h:1", "setup_retries": 0}, "setup_retries"),
+        ({"master_server_address": "h:1", "key_prefix": "a b"}, "key_prefix"),
+        ({"master_server_address": "h:1", "global_segment_size": "lots"}, "global_segment_size"),
+    ],
+)
+def test_options_rejected(monkeypatch: pytest.MonkeyPatch, values: dict[str, Any], option: str) -> None:
+    monkeypatch.delenv("MOONCAKE_MASTER", raising=False)
+    with pytest.raises(ConfigError, match=option):
+        MooncakeOptions(**values)
+
+
+def test_unknown_option_is_named() -> None:
+    with pytest.raises(ConfigError, match="master_adress"):
+        MooncakeBackend(make_config("m", extra_config={"master_adress": "h:1"}))
+
+
+def test_parse_size() -> None:
+    assert parse_size("16mb", "x") == 16 << 20
+    assert parse_size("4 GiB", "x") == 4 << 30
+    assert parse_size(123, "x") == 123
+
+
+def test_entry_point_listed() -> None:
+    assert "mooncake" in [info.name for info in available_backends()]
+
+
+def test_missing_client_gives_install_hint() -> None:
+    code = (
+        "import sys; sys.modules['mooncake'] = None\n"
+        "from hicache_storage_mooncake.client import import_store\n"
+        "try:\n    import_store()\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert "mooncake-transfer-engine-non-cuda" in out and "mooncake-transfer-engine " in out
+    assert "mooncake-transfer-engine-non-cuda" in INSTALL_HINT
+
+
+# ---------------------------------------------------------------- data path
+@pytest.mark.parametrize(("layout", "is_mla"), [("page_first", False), ("layer_first", False), ("page_first", True)])
+def test_round_trip_v1(open_backend: Any, layout: str, is_mla: bool) -> None:
+    pool = make_pool(layout, is_mla)
+    backend = open_backend(pool=pool)
+    keys = keys_for(4)
+    expected = [page_bytes(pool, page) for page in range(4)]
+    assert backend.batch_set_v1(keys, indices(0, 4)) == [True] * 4
+    assert backend.batch_exists_each([*keys, keys_for(1)[0]]) == [True] * 4 + [False]
+    assert backend.batch_exists(keys) == 4
+    assert backend.batch_get_v1(keys, indices(8, 4)) == [True] * 4
+    assert [page_bytes(pool, 8 + n) for n in range(4)] == expected
+
+
+def test_v0_round_trip_and_cross_surface(open_backend: Any) -> None:
+    pool = make_pool()
+    backend = open_backend(pool=pool)
+    a, b, missing = keys_for(3)
+    value = pool.get_data_page(0).clone()
+    assert backend.batch_set([a], [value]) is True
+    got = backend.batch_get([a, missing])
+    assert got[1] is None and got[0] is not None
+    assert bytes(got[0].view(torch.uint8).numpy()) == page_bytes(pool, 0)
+    assert backend.batch_set_v1([b], indices(1, 1)) == [True]  # v1 (two segments) read back through v0
+    target = pool.get_dummy_flat_data_page()
+    assert backend.batch_get([b], [target])[0] is target
+    assert bytes(target.view(torch.uint8).numpy()) == page_bytes(pool, 1)
+    assert backend.batch_get_v1([a], indices(5, 1)) == [True]  # v0 (staged) read back through v1
+    assert page_bytes(pool, 5) == page_bytes(pool, 0)
+
+
+def test_overwrite_takes_new_bytes(open_backend: Any) -> None:
+    for layout, mla in (("page_first", False), ("page_first", True)):
+        pool = make_pool(layout, mla)
+        backend = open_backend(pool=pool)
+        (key,) = keys_for(1)
+        assert backend.batch_set_v1([key], indices(0, 1)) == [True]
+        assert backend.batch_set_v1([key], indices(1, 1)) == [True]
+        assert backend.batch_get_v1([key], indices(2, 1)) == [True]
+        assert page_bytes(pool, 2) == page_bytes(pool, 1)
+
+
+def test_size_mismatch_is_a_miss(open_backend: Any) -> None:
+    pool = make_pool()
+    backend = open_backend(pool=pool)
+    short, long = keys_for(2)
+    raw = backend.raw_store()
+    raw[backend.keyspace.storage_key(short)] = b"x" * 10
+    raw[backend.keyspace.storage_key(long)] = b"x" * (pool.bytes_per_page + 8)
+    before = page_bytes(pool, 3)
+    assert backend.batch_get_v1([short, long], indices(3, 2)) == [False, False]
+    assert backend.batch_get([short, long]) == [None, None]
+    assert backend.get_stats()["counters"]["mooncake_size_mismatch"] >= 1
+    assert len(before) == pool.bytes_per_page
+
+
+def test_isolation_between_deployments(open_backend: Any) -> None:
+    pool = make_pool()
+    first = open_backend(pool=pool, model="model-a")
+    other_model = open_backend(pool=make_pool(), model="model-b")
+    other_layout = open_backend(pool=make_pool("layer_first"), model="model-a")
+    other_prefix = open_backend(pool=make_pool(), model="model-a")
+    keys = keys_for(3)
+    assert first.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    for backend in (other_model, other_layout, other_prefix):
+        assert backend.batch_exists_each(keys) == [False] * 3
+    same = open_backend({"key_prefix": first.key_prefix}, pool=make_pool(), model="model-a")
+    assert same.batch_exists_each(keys) == [True] * 3
+
+
+def test_delete_and_scoped_clear(open_backend: Any) -> None:
+    prefix = client_options()["key_prefix"]
+    mine = open_backend({"key_prefix": prefix}, model="mine")
+    neighbour = open_backend({"key_prefix": prefix}, model="neighbour")
+    keys = keys_for(4)
+    assert mine.batch_set_v1(keys, indices(0, 4)) == [True] * 4
+    assert neighbour.batch_set_v1(keys, indices(0, 4)) == [True] * 4
+    assert mine.delete(keys[:1] + keys_for(1)) == [True, True]
+    assert mine.batch_exists_each(keys) == [False, True, True, True]
+    mine.clear()
+    assert mine.batch_exists_each(keys) == [False] * 4
+    assert neighbour.batch_exists_each(keys) == [True] * 4, "clear() removed another deployment's pages"
+
+
+def test_large_batch_and_pages(open_backend: Any) -> None:
+    pool = make_pool(num_pages=300)
+    backend = open_backend(pool=pool)
+    keys = keys_for(300)
+    assert backend.batch_set_v1(keys, indices(0, 300)) == [True] * 300
+    assert backend.batch_exists(keys) == 300
+    values = [pool.get_data_page(n * 4).clone() for n in range(50)]  # more than the staging buffer holds
+    small = open_backend({"staging_buffer_size": pool.bytes_per_page * 7}, pool=pool)
+    assert small.batch_set(keys[:50], values) is True
+    got = small.batch_get(keys[:50])
+    assert all(g is not None and torch.equal(g.view(torch.uint8), v.view(torch.uint8)) for g, v in zip(got, values))
+
+
+def test_close_is_idempotent_and_later_calls_raise(open_backend: Any) -> None:
+    backend = open_backend()
+    backend.close()
+    backend.close()
+    with pytest.raises(ValueError, match="closed"):
+        backend.batch_exists_each(keys_for(1))
+
+
+# ---------------------------------------------------------------- faults (real master, killed and restarted)
+def test_setup_fails_fast_without_master(mooncake: None) -> None:
+    options = client_options(master_server_address="127.0.0.1:15559")  # nothing listens here
+    begin = time.monotonic()
+    with pytest.raises(BackendFault, match="127.0.0.1:15559"):
+        MooncakeBackend(make_config("m", extra_config=options))
+    assert time.monotonic() - begin < 15
+
+
+def test_master_killed_then_restarted(open_backend: Any) -> None:
+    fast = {"resilience": {"deadline_s": 2.0, "retries": 1, "breaker_threshold": 3, "breaker_reset_s": 0.2}}
+    pool = make_pool()
+    backend = open_backend(fast, pool=pool)
+    keys = keys_for(4)
+    assert backend.batch_set_v1(keys, indices(0, 4)) == [True] * 4
+    ctl("kill", "mooncake-master")
+    try:
+        for call, expected in (
+            (lambda: backend.batch_exists_each(keys), [False] * 4),
+            (lambda: backend.batch_get_v1(keys, indices(4, 4)), [False] * 4),
+            (lambda: backend.batch_set_v1(keys, indices(0, 4)), [False] * 4),
+            (lambda: backend.batch_get(keys[:1]), [None]),
+            (lambda: backend.batch_set(keys[:1], [pool.get_data_page(0).clone()]), False),
+        ):
+            begin = time.monotonic()
+            assert call() == expected
+            assert time.monotonic() - begin < 10
+        stats = backend.get_stats()
+        assert stats["faults"] >= 1
+    finally:
+        ctl("start", "mooncake")
+    deadline = time.monotonic() + 20
+    while backend.batch_set_v1(keys, indices(0, 4)) != [True] * 4:
+        assert time.monotonic() < deadline, "no recovery within 20 s of the restart"
+        time.sleep(0.2)
+    assert backend.batch_get_v1(keys, indices(4, 4)) == [True] * 4
+    assert [page_bytes(pool, 4 + n) for n in range(4)] == [page_bytes(pool, n) for n in range(4)]
+
+
+def test_no_space_is_false_and_counted(open_backend: Any) -> None:
+    """With no segment mounted anywhere, writes fail with NO_AVAILABLE_HANDLE (-200): False, counted."""
+    backend = open_backend()
+    keys = keys_for(2)
+    ctl("stop", "mooncake-segment")
+    try:
+        assert backend.batch_set_v1(keys, indices(0, 2)) == [False, False]
+        assert backend.get_stats()["counters"]["mooncake_no_available_handle"] == 2
+        assert backend.batch_exists_each(keys) == [False, False]
+    finally:
+        ctl("start", "mooncake")
+    assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]

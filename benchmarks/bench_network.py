@@ -1,0 +1,264 @@
+"""Network backends against their raw clients, side by side on the same server, same pages.
+
+For each backend section and batch size, one repetition runs (interleaved, so drift hits both
+alike): our ``batch_set_v1``, the raw client's writes of the same bytes, our ``batch_get_v1``, the
+raw client's reads. Reported: median seconds per batch over the repetitions, GB/s, and the ratio
+ours/raw of throughput (>= 1.0 means ours is as fast or faster).
+
+    source scripts/services/env.sh && bash scripts/services/start.sh redis redis-cluster s3
+    .venv/bin/python benchmarks/bench_network.py [--sections redis,redis-cluster,s3,fsspec] [--reps 7]
+
+A section is a function ``(settings, pool, args) -> Section``; add one to ``SECTIONS`` to cover
+another backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hicache_storage import HiCacheStorage, HostKVPool, load_backend, make_config
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE_TOKENS = 64
+
+
+@dataclass
+class Section:
+    """One backend and its raw-client counterpart; ``raw_set``/``raw_get`` take (keys, values)."""
+
+    name: str
+    backend: HiCacheStorage
+    raw_set: Callable[[list[str], list[bytes]], None]
+    raw_get: Callable[[list[str]], list[bytes]]
+    close: Callable[[], None] = field(default=lambda: None)
+
+
+def settings() -> dict[str, str]:
+    """HICACHE_TEST_* service settings (the environment overrides scripts/services/env.sh)."""
+    script = REPO / "scripts" / "services" / "env.sh"
+    out = subprocess.run(["bash", str(script), "--json"], capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def make_pool(max_batch: int) -> HostKVPool:
+    """A host pool of 512 KiB pages (MHA page_first: bf16, 4 layers, 8 heads x 64, 64 tokens)."""
+    pool = HostKVPool(
+        num_pages=2 * max_batch, page_size=PAGE_TOKENS, layer_num=4, head_num=8, head_dim=64, layout="page_first"
+    )
+    raw = pool.kv_buffer.view(-1).view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(1)))
+    return pool
+
+
+def open_backend(name: str, extra: dict[str, Any], pool: HostKVPool) -> HiCacheStorage:
+    backend = load_backend(name, make_config("bench", extra_config={**extra, "namespace": secrets.token_hex(4)}))
+    backend.register_mem_pool_host(pool)
+    return backend
+
+
+# ------------------------------------------------------------------------------------------- sections
+def redis_section(env: dict[str, str], pool: HostKVPool, cluster: bool) -> Section:
+    import redis
+    from redis.cluster import ClusterNode, RedisCluster
+
+    prefix = f"bench{secrets.token_hex(3)}:"
+    if cluster:
+        nodes = env["HICACHE_TEST_REDIS_CLUSTER_NODES"].split(",")
+        extra: dict[str, Any] = {"cluster": True, "nodes": nodes, "key_prefix": prefix}
+        startup = [ClusterNode(n.rsplit(":", 1)[0], int(n.rsplit(":", 1)[1])) for n in nodes]
+        raw: Any = RedisCluster(startup_nodes=startup)
+    else:
+        extra = {"url": env["HICACHE_TEST_REDIS_URL"], "key_prefix": prefix}
+        raw = redis.Redis.from_url(env["HICACHE_TEST_REDIS_URL"])
+    backend = open_backend("redis", extra, pool)
+
+    def raw_set(keys: list[str], values: list[bytes]) -> None:
+        pipe = raw.pipeline(transaction=False)
+        for key, value in zip(keys, values, strict=True):
+            pipe.set(f"raw{prefix}{key}", value)
+        pipe.execute()
+
+    def raw_get(keys: list[str]) -> list[bytes]:
+        pipe = raw.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(f"raw{prefix}{key}")
+        return list(pipe.execute())
+
+    def close() -> None:
+        for key in raw.scan_iter(match=f"raw{prefix}*"):
+            raw.delete(key)
+        raw.close()
+
+    return Section("redis-cluster" if cluster else "redis", backend, raw_set, raw_get, close)
+
+
+def s3_section(env: dict[str, str], pool: HostKVPool, workers: int) -> Section:
+    import boto3
+
+    bucket = f"bench-{secrets.token_hex(4)}"
+    creds = {
+        "region_name": env["HICACHE_TEST_S3_REGION"],
+        "aws_access_key_id": env["HICACHE_TEST_S3_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
+    }
+    raw = boto3.client(
+        "s3",
+        endpoint_url=env["HICACHE_TEST_S3_ENDPOINT"],
+        config=boto3.session.Config(max_pool_connections=workers),
+        **creds,
+    )
+    raw.create_bucket(Bucket=bucket)
+    extra = {
+        "bucket": bucket,
+        "endpoint_url": env["HICACHE_TEST_S3_ENDPOINT"],
+        "region": creds["region_name"],
+        "aws_access_key_id": creds["aws_access_key_id"],
+        "aws_secret_access_key": creds["aws_secret_access_key"],
+        "max_workers": workers,
+    }
+    backend = open_backend("s3", extra, pool)
+    threads = ThreadPoolExecutor(max_workers=workers)
+
+    def raw_set(keys: list[str], values: list[bytes]) -> None:
+        list(threads.map(lambda kv: raw.put_object(Bucket=bucket, Key=f"raw/{kv[0]}", Body=kv[1]), zip(keys, values)))
+
+    def raw_get(keys: list[str]) -> list[bytes]:
+        return list(threads.map(lambda k: raw.get_object(Bucket=bucket, Key=f"raw/{k}")["Body"].read(), keys))
+
+    return Section("s3", backend, raw_set, raw_get, lambda: threads.shutdown())
+
+
+def fsspec_section(env: dict[str, str], pool: HostKVPool, concurrency: int) -> Section:
+    import boto3
+    import fsspec
+
+    bucket = f"bench-fs-{secrets.token_hex(4)}"
+    boto3.client(
+        "s3",
+        endpoint_url=env["HICACHE_TEST_S3_ENDPOINT"],
+        region_name=env["HICACHE_TEST_S3_REGION"],
+        aws_access_key_id=env["HICACHE_TEST_S3_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
+    ).create_bucket(Bucket=bucket)
+    storage_options = {
+        "endpoint_url": env["HICACHE_TEST_S3_ENDPOINT"],
+        "key": env["HICACHE_TEST_S3_ACCESS_KEY_ID"],
+        "secret": env["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
+        "client_kwargs": {"region_name": env["HICACHE_TEST_S3_REGION"]},
+    }
+    backend = open_backend(
+        "fsspec", {"url": f"s3://{bucket}/ours", "storage_options": storage_options, "concurrency": concurrency}, pool
+    )
+    raw = fsspec.filesystem("s3", skip_instance_cache=True, **storage_options)
+
+    def raw_set(keys: list[str], values: list[bytes]) -> None:
+        raw.pipe({f"{bucket}/raw/{k}": v for k, v in zip(keys, values, strict=True)}, batch_size=concurrency)
+
+    def raw_get(keys: list[str]) -> list[bytes]:
+        paths = [f"{bucket}/raw/{k}" for k in keys]
+        out = raw.cat(paths, batch_size=concurrency)
+        return [out[p] for p in paths]
+
+    return Section("fsspec-s3fs", backend, raw_set, raw_get)
+
+
+SECTIONS: dict[str, Callable[[dict[str, str], HostKVPool, argparse.Namespace], Section]] = {
+    "redis": lambda env, pool, args: redis_section(env, pool, cluster=False),
+    "redis-cluster": lambda env, pool, args: redis_section(env, pool, cluster=True),
+    "s3": lambda env, pool, args: s3_section(env, pool, args.workers),
+    "fsspec": lambda env, pool, args: fsspec_section(env, pool, args.workers),
+}
+
+
+# ------------------------------------------------------------------------------------------- measuring
+@contextlib.contextmanager
+def timer(samples: list[float]) -> Iterator[None]:
+    begin = time.perf_counter()
+    yield
+    samples.append(time.perf_counter() - begin)
+
+
+def measure(section: Section, pool: HostKVPool, batch: int, reps: int) -> dict[str, Any]:
+    page_bytes = int(pool.bytes_per_page)
+    keys = [hashlib.sha256(f"{secrets.token_hex(4)}{i}".encode()).hexdigest() for i in range(batch)]
+    src = torch.arange(0, batch * PAGE_TOKENS)
+    dst = torch.arange(batch * PAGE_TOKENS, 2 * batch * PAGE_TOKENS)
+    values = [b"".join(pool.page_segments(i * PAGE_TOKENS)) for i in range(batch)]
+    times: dict[str, list[float]] = {"ours_set": [], "raw_set": [], "ours_get": [], "raw_get": []}
+    for rep in range(reps + 1):  # the first repetition warms connections and is discarded
+        keep = rep > 0
+        sink: dict[str, list[float]] = times if keep else {k: [] for k in times}
+        with timer(sink["ours_set"]):
+            ok_set = section.backend.batch_set_v1(keys, src)
+        with timer(sink["raw_set"]):
+            section.raw_set(keys, values)
+        with timer(sink["ours_get"]):
+            ok_get = section.backend.batch_get_v1(keys, dst)
+        with timer(sink["raw_get"]):
+            got = section.raw_get(keys)
+        if not (all(ok_set) and all(ok_get)) or got != values:
+            raise RuntimeError(f"{section.name}: a round trip failed at batch {batch}")
+    row: dict[str, Any] = {"section": section.name, "batch": batch, "page_bytes": page_bytes}
+    for name, samples in times.items():
+        row[name + "_s"] = statistics.median(samples)
+        row[name + "_gbps"] = batch * page_bytes / row[name + "_s"] / 1e9
+    row["set_ratio"] = row["raw_set_s"] / row["ours_set_s"]
+    row["get_ratio"] = row["raw_get_s"] / row["ours_get_s"]
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
+    parser.add_argument("--batches", default="32,128", help="batch sizes (pages per call)")
+    parser.add_argument("--reps", type=int, default=7, help="measured repetitions (median reported)")
+    parser.add_argument("--workers", type=int, default=16, help="S3 thread count / fsspec concurrency, both sides")
+    parser.add_argument("--json", dest="json_path", help="also write the rows to this JSON file")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    env = {**settings(), **{k: v for k, v in os.environ.items() if k.startswith("HICACHE_TEST_")}}
+    pool = make_pool(max(batches))
+    rows = []
+    header = f"{'section':<14}{'batch':>6}{'ours set':>11}{'raw set':>11}{'ratio':>7}{'ours get':>11}{'raw get':>11}{'ratio':>7}"
+    print(f"page {pool.bytes_per_page // 1024} KiB, median of {args.reps}; columns in GB/s, ratio = ours/raw")
+    print(header)
+    for name in args.sections.split(","):
+        section = SECTIONS[name](env, pool, args)
+        try:
+            for batch in batches:
+                row = measure(section, pool, batch, args.reps)
+                rows.append(row)
+                print(
+                    f"{row['section']:<14}{batch:>6}{row['ours_set_gbps']:>11.3f}{row['raw_set_gbps']:>11.3f}"
+                    f"{row['set_ratio']:>7.2f}{row['ours_get_gbps']:>11.3f}{row['raw_get_gbps']:>11.3f}"
+                    f"{row['get_ratio']:>7.2f}",
+                    flush=True,
+                )
+        finally:
+            with contextlib.suppress(Exception):
+                section.backend.clear()
+            section.backend.close()
+            section.close()
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
