@@ -76,8 +76,7 @@ class HostStaging:
 
     def _free(self, pages: Sequence[int]) -> None:
         if pages:
-            # The pool hands pages back last-freed first: free in reverse so they come back ascending.
-            self.pool.free(token_indices(pages[::-1], self.page_size))
+            self.pool.free(token_indices(pages, self.page_size))
 
 
 def token_indices(pages: Sequence[int], page_size: int) -> torch.Tensor:

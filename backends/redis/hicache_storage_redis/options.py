@@ -72,7 +72,7 @@ class RedisOptions:
     nodes: list[str] | None = None
     key_prefix: str = "hicache:"
     ttl_s: float | None = None
-    pipeline_pages: int = 16
+    pipeline_pages: int = 64
     max_connections: int = 32
     socket_timeout_s: float | None = None
 

@@ -1,0 +1,246 @@
+"""File backend: read-only directory, full disk, damaged page files, two writer processes.
+
+The tests run as root, so ``chmod`` cannot make a directory read-only for them. A read-only bind
+mount of the storage root over itself does (``mount --bind`` then ``remount,ro,bind``), and a
+size-limited tmpfs gives a real ``ENOSPC``. Both need ``mount`` (root, or a user namespace);
+where it is unavailable those tests are skipped, and the full-disk case is also covered by the
+backend's own ``max_bytes`` in backends/file/tests.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rel_support import PAGE_SIZE, Workload, assert_clean, fault_phase, make_keys, make_pool, record
+
+from hicache_storage import make_config
+
+pytest.importorskip("hicache_storage_file")
+from hicache_storage_file import FileBackend  # noqa: E402
+from hicache_storage_file.layout import PageLayout  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+RESILIENCE = {"deadline_s": 1.0, "retries": 1, "breaker_threshold": 5, "breaker_reset_s": 0.3}
+
+
+def open_file(path: Path, **options: Any) -> tuple[FileBackend, Any]:
+    pool = make_pool()
+    extra = {"path": str(path), "resilience": RESILIENCE, **options}
+    backend = FileBackend(make_config("rel-model", extra_config=extra))
+    backend.register_mem_pool_host(pool)
+    return backend, pool
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True, timeout=20)
+
+
+def _umount(target: Path) -> None:
+    subprocess.run(["umount", str(target)], check=False, capture_output=True, timeout=20)
+
+
+def _can_mount() -> bool:
+    if os.geteuid() != 0:
+        return False
+    probe = Path(tempfile.mkdtemp(prefix="hc-rel-mount-probe-"))
+    try:
+        _mount("-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe))
+    except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        _umount(probe)
+        probe.rmdir()
+    return True
+
+
+needs_mount = pytest.mark.skipif(not _can_mount(), reason="mount is not available (needs root)")
+
+
+def temp_files(root: Path) -> list[str]:
+    return [path for path, is_temp in PageLayout(str(root), 2).iter_owned_files() if is_temp]
+
+
+@pytest.fixture
+def small_fs() -> Iterator[Path]:
+    """A 256 KiB tmpfs (a real full disk: writes fail with ENOSPC)."""
+    target = Path(tempfile.mkdtemp(prefix="hc-rel-full-"))
+    _mount("-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(target))
+    try:
+        yield target
+    finally:
+        _umount(target)
+        target.rmdir()
+
+
+@needs_mount
+def test_directory_made_read_only_mid_run(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    backend, pool = open_file(root)
+    workload = Workload(backend, pool)
+    mounted = threading.Event()
+
+    def inject() -> None:
+        _mount("--bind", str(root), str(root))
+        _mount("-o", "remount,ro,bind", str(root))
+        mounted.set()
+        with pytest.raises(OSError):
+            (root / "probe").write_bytes(b"x")  # root cannot write either: the fault is real
+
+    def restore() -> None:
+        _umount(root)
+        mounted.clear()
+
+    try:
+        timings = fault_phase(workload, healthy_s=0.5, inject=inject, outage_s=1.0, restore=restore, recover_timeout_s=10)
+    finally:
+        if mounted.is_set():
+            _umount(root)
+        stats = backend.get_stats()
+        backend.close()
+    assert_clean(workload)
+    assert timings["hits_before"] and timings["failed_sets_during"]
+    assert stats["faults"] > 0 and "Read-only file system" in str(stats["last_fault"])
+    assert timings["recovery_s"] is not None
+    assert temp_files(root) == [], "a failed write left a temp file behind"
+    record("file.read_only.recovery_s", timings["recovery_s"])
+
+
+@needs_mount
+def test_disk_full(small_fs: Path) -> None:
+    backend, pool = open_file(small_fs, resilience={"retries": 0, "breaker_threshold": 0})
+    keys = make_keys(400)
+    workload = Workload(backend, pool, versions=(0,))
+    try:
+        stored: list[str] = []
+        for begin in range(0, len(keys), 8):
+            batch = keys[begin : begin + 8]
+            ok = workload._call("set", lambda b=batch: backend.batch_set_each(b, [_flat(workload, k) for k in b]))
+            stored += [k for k, flag in zip(batch, ok or [], strict=False) if flag]
+        failed = len(keys) - len(stored)
+        assert stored and failed, f"expected the 256 KiB disk to fill: stored {len(stored)} of {len(keys)}"
+        assert "No space left" in str(backend.get_stats()["last_fault"])
+        assert temp_files(small_fs) == [], "ENOSPC left partial temp files"
+        # every page reported stored reads back intact; nothing reported stored is missing
+        assert backend.batch_exists_each(stored) == [True] * len(stored)
+        for begin in range(0, len(stored), 8):
+            workload._read(stored[begin : begin + 8])
+        assert workload.report.hits == len(stored) and workload.report.wrong_pages == 0
+        # space freed: writes succeed again
+        backend.delete(stored[: len(stored) // 2])
+        assert backend.batch_set_each(keys[-4:], [_flat(workload, k) for k in keys[-4:]]) == [True] * 4
+    finally:
+        backend.close()
+    assert_clean(workload)
+    record("file.disk_full.pages_stored_in_256KiB", len(stored))
+
+
+def _flat(workload: Workload, key: str) -> Any:
+    import torch
+
+    return torch.frombuffer(bytearray(workload.expected(key, 0)), dtype=torch.uint8).view(workload.pool.dtype)
+
+
+def test_truncated_and_corrupted_pages_are_misses(tmp_path: Path) -> None:
+    backend, pool = open_file(tmp_path / "store")
+    workload = Workload(backend, pool)
+    keys = make_keys(12)
+    try:
+        assert workload._write(keys) == len(keys)
+        space = backend.keyspace
+        assert space is not None
+        paths = [backend.path_for(space.storage_key(k)) for k in keys]
+        size = paths[0].stat().st_size
+        damage = {
+            0: lambda p: os.truncate(p, size // 2),  # torn tail
+            1: lambda p: os.truncate(p, 0),  # empty file
+            2: lambda p: _flip(p, 10),  # payload bit flip
+            3: lambda p: _flip(p, size - 3),  # trailer (checksum) flip
+            4: lambda p: p.write_bytes(p.read_bytes() + b"\0"),  # one byte too long
+            5: lambda p: p.write_bytes(p.read_bytes()[: size - 24] + b"HCKV" + bytes(20)),  # forged header
+        }
+        for index, hurt in damage.items():
+            hurt(paths[index])
+        workload._read(keys)
+        assert workload.report.hits == len(keys) - len(damage)
+        assert workload.report.wrong_pages == 0
+        exists = backend.batch_exists_each(keys)
+        assert exists[6:] == [True] * 6
+        assert not any(exists[i] for i in (0, 1, 4)), "a page of the wrong size is reported as existing"
+        assert backend.get_stats()["counters"]["integrity_failures"] >= len(damage)
+        # a damaged page heals on rewrite
+        assert workload._write(keys[:6]) == 6
+        before = workload.report.hits
+        workload._read(keys[:6])
+        assert workload.report.hits - before == 6
+    finally:
+        backend.close()
+    assert_clean(workload)
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def _writer(root: str, salt: str, version: int, seconds: float, ready: Any, go: Any) -> None:
+    """Child process: write the shared keys with its own version for ``seconds``."""
+    backend, pool = open_file(Path(root), io_threads=2)
+    workload = Workload(backend, pool, batch=8, universe=32, salt=salt, versions=(version,), seed=version)
+    ready.set()
+    go.wait(10)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        start = workload._rng.randrange(0, 24)
+        workload._write(workload.keys[start : start + 8])
+    backend.close()
+    if workload.report.exceptions or workload.report.set_failed or pool.used_pages:
+        raise SystemExit(f"writer {version}: {workload.report}")
+
+
+def test_two_processes_write_the_same_keys(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    salt = "shared-keys"
+    context = multiprocessing.get_context("spawn")
+    ready = [context.Event(), context.Event()]
+    go = context.Event()
+    writers = [
+        context.Process(target=_writer, args=(str(root), salt, version, 2.0, ready[i], go))
+        for i, version in enumerate((1, 2))
+    ]
+    for process in writers:
+        process.start()
+    backend, pool = open_file(root)
+    reader = Workload(backend, pool, batch=8, universe=32, salt=salt, versions=(1, 2))
+    try:
+        for event in ready:
+            assert event.wait(30), "writer process did not start"
+        go.set()
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            start = reader._rng.randrange(0, 24)
+            reader._read(reader.keys[start : start + 8])
+        for process in writers:
+            process.join(20)
+            assert process.exitcode == 0
+    finally:
+        for process in writers:
+            if process.is_alive():
+                process.kill()
+        backend.close()
+    assert_clean(reader)
+    assert reader.report.hits > 100, "the reader hardly ever hit: the race was not exercised"
+    assert temp_files(root) == []
+    record("file.two_writers.verified_hits", reader.report.hits)
+    record("file.two_writers.page_bytes", pool.bytes_per_page)
+    assert PAGE_SIZE == pool.page_size
