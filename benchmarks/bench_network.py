@@ -141,7 +141,7 @@ def s3_section(env: dict[str, str], pool: HostKVPool, workers: int) -> Section:
     def raw_get(keys: list[str]) -> list[bytes]:
         return list(threads.map(lambda k: raw.get_object(Bucket=bucket, Key=f"raw/{k}")["Body"].read(), keys))
 
-    return Section("s3", backend, raw_set, raw_get, lambda: threads.shutdown())
+    return Section("s3", backend, raw_set, raw_get, threads.shutdown)
 
 
 def fsspec_section(env: dict[str, str], pool: HostKVPool, concurrency: int) -> Section:
@@ -235,7 +235,8 @@ def main() -> int:
     env = {**settings(), **{k: v for k, v in os.environ.items() if k.startswith("HICACHE_TEST_")}}
     pool = make_pool(max(batches))
     rows = []
-    header = f"{'section':<14}{'batch':>6}{'ours set':>11}{'raw set':>11}{'ratio':>7}{'ours get':>11}{'raw get':>11}{'ratio':>7}"
+    columns = ("ours set", "raw set", "ratio", "ours get", "raw get", "ratio")
+    header = f"{'section':<14}{'batch':>6}" + "".join(f"{c:>{7 if c == 'ratio' else 11}}" for c in columns)
     print(f"page {pool.bytes_per_page // 1024} KiB, median of {args.reps}; columns in GB/s, ratio = ours/raw")
     print(header)
     for name in args.sections.split(","):

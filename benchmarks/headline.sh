@@ -7,10 +7,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TRACE="${TRACE:-$ROOT/../shared/traces/conversation_trace.jsonl}"
 REQUESTS="${REQUESTS:-1500}"             # first K requests of the trace (the full trace has 12,031)
+FILE_REQUESTS="${FILE_REQUESTS:-600}"     # the file backend does real file I/O per page: fewer requests
 DEVICE_TOKENS="${DEVICE_TOKENS:-1048576}" # device prefix cache: 1M tokens
 PAGE_SIZE="${PAGE_SIZE:-64}"
 BYTES_PER_TOKEN="${BYTES_PER_TOKEN:-32}"  # small pages keep the run fast; bytes are real and verified
 PREFILL="${PREFILL:-20000}"               # prefill tokens/s for the TTFT estimate
+MODEL_BYTES_PER_TOKEN="${MODEL_BYTES_PER_TOKEN:-131072}"  # Llama-3-8B KV: 32 layers x 8 heads x 128 x 2 x bf16
 OUT="${OUT:-$ROOT/benchmarks/results}"
 IMG="${IMG:-$ROOT/docs/img}"
 CLI="${CLI:-$ROOT/.venv/bin/hicache-storage}"
@@ -20,15 +22,22 @@ mkdir -p "$OUT" "$IMG"
 FILE_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/hicache-headline.XXXXXX")"
 trap 'rm -rf "$FILE_ROOT"' EXIT
 
-common=(--mode none,cache,buffer_only --requests "$REQUESTS" --device-tokens "$DEVICE_TOKENS"
+common=(--mode none,cache,buffer_only --device-tokens "$DEVICE_TOKENS"
         --page-size "$PAGE_SIZE" --bytes-per-token "$BYTES_PER_TOKEN" --prefill-tokens-per-s "$PREFILL")
+# Bandwidth that makes the small pages cost what model-sized pages cost at 5 GB/s.
+SCALED_GBPS="$(awk "BEGIN { printf \"%.9f\", 5.0 * $BYTES_PER_TOKEN / $MODEL_BYTES_PER_TOKEN }")"
 
 echo "== sim backend (5 GB/s, 100 us per call; modelled I/O time)"
 COLUMNS="${COLUMNS:-120}" "$CLI" replay "$TRACE" --backend sim \
-    --config '{"sim_write_gbps": 5.0, "sim_op_latency_us": 100.0}' "${common[@]}" \
+    --config '{"sim_write_gbps": 5.0, "sim_op_latency_us": 100.0}' "${common[@]}" --requests "$REQUESTS" \
     --json "$OUT/headline-sim.json" --plot "$IMG" --plot-prefix headline-sim
+
+echo "== sim backend, I/O time of $MODEL_BYTES_PER_TOKEN-byte tokens at 5 GB/s ($SCALED_GBPS GB/s on the small pages)"
+COLUMNS="${COLUMNS:-120}" "$CLI" replay "$TRACE" --backend sim \
+    --config "{\"sim_write_gbps\": $SCALED_GBPS, \"sim_op_latency_us\": 100.0}" "${common[@]}" \
+    --requests "$REQUESTS" --json "$OUT/headline-sim-model-io.json" --plot "$IMG" --plot-prefix headline-sim-model-io
 
 echo "== file backend ($FILE_ROOT; measured I/O time)"
 COLUMNS="${COLUMNS:-120}" "$CLI" replay "$TRACE" --backend file \
-    --config "{\"path\": \"$FILE_ROOT\"}" "${common[@]}" \
+    --config "{\"path\": \"$FILE_ROOT\"}" "${common[@]}" --requests "$FILE_REQUESTS" \
     --json "$OUT/headline-file.json" --plot "$IMG" --plot-prefix headline-file

@@ -103,6 +103,7 @@ class HostKVPool:
         # One flat uint8 numpy view of the whole buffer: slicing it yields zero-copy memoryviews.
         self._bytes = self.kv_buffer.view(-1).view(torch.uint8).numpy()
         self._segment_plan = self._plan_segments()
+        self._page_views: list[list[memoryview] | None] = [None] * num_pages
         self._lock = threading.Lock()
         self._free_pages: list[int] = list(range(num_pages - 1, -1, -1))
         self._owners: dict[int, object] = {}
@@ -155,11 +156,15 @@ class HostKVPool:
     def page_segments(self, token_index: int) -> list[memoryview]:
         """Writable memoryviews (uint8) over the page starting at ``token_index``; no copy."""
         page = self._page_number(token_index)
-        data = self._bytes
-        return [
-            data[base + page * stride : base + page * stride + length].data
-            for base, stride, length in self._segment_plan
-        ]
+        views = self._page_views[page]
+        if views is None:
+            data = self._bytes
+            views = [
+                data[base + page * stride : base + page * stride + length].data
+                for base, stride, length in self._segment_plan
+            ]
+            self._page_views[page] = views
+        return list(views)
 
     def page_starts(self, host_indices: Sequence[int] | torch.Tensor, count: int | None = None) -> list[int]:
         """Token index of each page start in ``host_indices`` (one entry per ``page_size`` tokens)."""

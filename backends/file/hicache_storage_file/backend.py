@@ -17,15 +17,23 @@ import contextlib
 import itertools
 import os
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, InvalidRequestError
+from hicache_storage import (
+    Capabilities,
+    ConfigError,
+    HiCacheStorage,
+    HiCacheStorageConfig,
+    HiCacheStorageExtraInfo,
+    InvalidRequestError,
+)
 from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_header, parse_header
 
-from .eviction import WriteOrderEviction
+from .eviction import ChainEviction
 from .layout import PageLayout
 from .options import FileOptions, resolve_root
 from .parallel import map_pages
@@ -71,9 +79,10 @@ class FileBackend(HiCacheStorage):
         self._io_threads = options.io_threads if options.io_threads is not None else min(4, os.cpu_count() or 1)
         self._nonce = secrets.token_hex(4)
         self._counter = itertools.count()
-        self._eviction: WriteOrderEviction | None = None
+        self._eviction: ChainEviction | None = None
+        self._batch_context = threading.local()
         if options.max_bytes is not None:
-            self._eviction = WriteOrderEviction(options.max_bytes)
+            self._eviction = ChainEviction(options.max_bytes)
             self._eviction.seed(self._existing_pages())
             self.capabilities = replace(type(self).capabilities, may_evict=True)  # type: ignore[misc]
 
@@ -114,8 +123,33 @@ class FileBackend(HiCacheStorage):
             for directory in directories:
                 _fsync_directory(directory)
         if self._eviction is not None:
+            size = self._page_record_bytes()
+            parent = getattr(self._batch_context, "parent", None)
+            self._eviction.record_batch(
+                [(self._path_for(key), size if ok else None) for key, ok in zip(keys, results, strict=True)],
+                parent=self._path_for(parent) if parent is not None and len(keys) else None,
+            )
             self._evict()
         return results
+
+    def batch_set_v1(
+        self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> list[bool]:
+        """As the base class; with ``max_bytes``, ``extra_info.prefix_keys`` links the batch to its chain."""
+        if self._eviction is None:
+            return super().batch_set_v1(keys, host_indices, extra_info)
+        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
+        parent = None
+        if prefix and self.keyspace is not None and isinstance(prefix[-1], str):
+            try:
+                parent = self.keyspace.storage_key(prefix[-1])
+            except ValueError:
+                parent = None
+        self._batch_context.parent = parent
+        try:
+            return super().batch_set_v1(keys, host_indices, extra_info)
+        finally:
+            self._batch_context.parent = None
 
     def _write_one(self, key: str, page: list[memoryview], directories: set[str]) -> bool:
         layout = self._layout
@@ -143,11 +177,9 @@ class FileBackend(HiCacheStorage):
                 os.unlink(temp)
             raise
         directories.add(directory)
-        if self._eviction is not None:
-            if size > self._eviction.max_bytes:
-                self._remove(final)
-                return False
-            self._eviction.record_write(final, size)
+        if self._eviction is not None and size > self._eviction.max_bytes:
+            self._remove(final)
+            return False
         return True
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:

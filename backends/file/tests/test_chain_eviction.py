@@ -1,0 +1,171 @@
+"""The file backend's size limit evicts chain tails before heads: survivors always form prefixes."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hicache_storage_file import FileBackend
+from hicache_storage_file.eviction import ChainEviction, WriteOrderEviction
+
+from hicache_storage import HiCacheStorageExtraInfo, HostKVPool, make_config, page_hashes
+from hicache_storage.page_format import HEADER_SIZE
+
+PAGE_SIZE = 4
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def make_pool(num_pages: int = 32) -> HostKVPool:
+    return HostKVPool(num_pages=num_pages, page_size=PAGE_SIZE, layer_num=1, head_num=1, head_dim=16)
+
+
+def make_backend(root: Path, pool: HostKVPool, max_pages: int) -> FileBackend:
+    record = HEADER_SIZE + pool.bytes_per_page
+    extra = {"path": str(root), "resilience": False, "max_bytes": max_pages * record, "io_threads": 4}
+    backend = FileBackend(make_config("m", extra_config=extra))
+    backend.register_mem_pool_host(pool)
+    return backend
+
+
+def write(backend: FileBackend, pool: HostKVPool, keys: list[str], prefix: list[str] | None = None) -> list[bool]:
+    indices = pool.alloc(len(keys) * PAGE_SIZE)
+    assert indices is not None
+    try:
+        info = HiCacheStorageExtraInfo(prefix_keys=prefix) if prefix else None
+        return backend.batch_set_v1(keys, indices, info)
+    finally:
+        pool.free(indices)
+
+
+def assert_prefixes(backend: FileBackend, chains: list[list[str]]) -> list[int]:
+    """Every chain's surviving pages are a prefix of it; returns the surviving lengths."""
+    lengths = []
+    for number, chain in enumerate(chains):
+        present = backend.batch_exists_each(chain)
+        length = backend.batch_exists(chain)
+        assert not any(present[length:]), f"chain {number}: a page survives after a hole: {present}"
+        lengths.append(length)
+    return lengths
+
+
+def on_disk_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("hc*") if p.is_file())
+
+
+def conversation(rng: random.Random, turns: int, pages_per_turn: int) -> list[list[int]]:
+    """Token lists of each turn of one conversation (each turn extends the previous one)."""
+    tokens: list[int] = []
+    out = []
+    for _ in range(turns):
+        tokens = tokens + [rng.randrange(50000) for _ in range(pages_per_turn * PAGE_SIZE)]
+        out.append(list(tokens))
+    return out
+
+
+def test_single_batch_chains_lose_tails_first(tmp_path: Path) -> None:
+    pool = make_pool()
+    backend = make_backend(tmp_path, pool, max_pages=40)
+    rng = random.Random(1)
+    chains = []
+    for _ in range(30):
+        tokens = [rng.randrange(50000) for _ in range(rng.randrange(1, 13) * PAGE_SIZE)]
+        chain = page_hashes(tokens, PAGE_SIZE)
+        assert all(write(backend, pool, chain))
+        chains.append(chain)
+        assert_prefixes(backend, chains)
+    lengths = assert_prefixes(backend, chains)
+    assert sum(lengths) <= 40
+    assert 0 < sum(lengths) and any(0 < n < len(c) for n, c in zip(lengths, chains, strict=True)), lengths
+    assert lengths[-1] == len(chains[-1]), "the newest chain should survive whole"
+    assert on_disk_bytes(tmp_path) <= 40 * (HEADER_SIZE + pool.bytes_per_page)
+    assert backend.get_stats()["counters"]["evictions"] > 0
+
+
+def test_multi_turn_chains_with_prefix_keys_never_leave_holes(tmp_path: Path) -> None:
+    """Conversations written turn by turn (one batch per turn, linked by ``prefix_keys``), shared
+    prefixes (branches), batches split at 8 pages, and head pages rewritten: no hole, ever."""
+    pool = make_pool()
+    backend = make_backend(tmp_path, pool, max_pages=48)
+    rng = random.Random(2)
+    system = [rng.randrange(50000) for _ in range(2 * PAGE_SIZE)]  # a shared system prompt: 2 pages
+    chains: list[list[str]] = []
+    written: set[str] = set()
+    for _ in range(25):
+        turns = conversation(rng, rng.randrange(1, 4), rng.randrange(1, 5))
+        for tokens in turns:
+            chain = page_hashes(system + tokens, PAGE_SIZE)
+            # the engine writes only the pages it has not written yet, in batches of <= 8 pages
+            start = 0
+            while start < len(chain) and chain[start] in written:
+                start += 1
+            if start == len(chain):  # rewrite the head, as an engine with a cold existence cache does
+                start = 0
+            for begin in range(start, len(chain), 8):
+                batch = chain[begin : begin + 8]
+                assert all(write(backend, pool, batch, prefix=chain[:begin]))
+                written.update(batch)
+            chains.append(chain)
+            assert_prefixes(backend, chains)
+    lengths = assert_prefixes(backend, chains)
+    assert backend.get_stats()["counters"]["evictions"] > 0
+    assert lengths[-1] == len(chains[-1])
+    assert on_disk_bytes(tmp_path) <= 48 * (HEADER_SIZE + pool.bytes_per_page)
+
+
+def test_write_order_policy_would_leave_holes() -> None:
+    """The same kind of workload through the plain write-order policy does leave holes (so the
+    prefix checks above can fail), and the chain policy does not."""
+    rng = random.Random(3)
+    for policy_type, expect_holes in ((WriteOrderEviction, True), (ChainEviction, False)):
+        policy: Any = policy_type(10)
+        alive: set[str] = set()
+        chains = []
+        for number in range(20):
+            chain = [f"c{number}p{i}" for i in range(rng.randrange(2, 8))]
+            for begin in range(0, len(chain), 3):  # multi-batch chains, linked through the parent
+                batch = chain[begin : begin + 3]
+                policy.record_batch([(p, 1) for p in batch], parent=chain[begin - 1] if begin else None)
+                alive.update(batch)
+                alive.difference_update(policy.victims())
+            chains.append(chain)
+        holes = sum(
+            1 for chain in chains for i in range(1, len(chain)) if chain[i] in alive and chain[i - 1] not in alive
+        )
+        assert (holes > 0) == expect_holes, (policy_type.__name__, holes)
+        assert policy.total_bytes <= 10
+
+
+def test_chain_policy_unit_rules() -> None:
+    policy = ChainEviction(3)
+    policy.record_batch([("a", 1), ("b", 1), ("c", 1)])
+    policy.record_batch([("d", 1)], parent="c")  # continues a-b-c
+    assert policy.victims() == ["d"]  # over by one: the deepest leaf of the oldest chain part goes
+    policy.record_batch([("x", 1), ("y", 1)])  # a new chain
+    assert policy.victims() == ["c", "b"]  # oldest batch, from its tail
+    policy.record_write("a", 1)  # a rewrite makes the head recent; it is still evicted last of its chain
+    policy.record_batch([("z", 1)])
+    assert policy.victims() == ["y"]
+    assert policy.survivors() == {"a", "x", "z"}
+    policy.record_removal("x")
+    assert policy.total_bytes == 2
+    policy.record_batch([("f", 1), ("g", None), ("h", 1)])  # a failed write in the middle
+    assert policy.victims() == ["a"]  # h is not linked to f (g between them failed): both stay leaves
+    policy.reset()
+    assert policy.total_bytes == 0 and len(policy) == 0
+
+
+def test_pages_found_on_disk_are_evicted_first(tmp_path: Path) -> None:
+    pool = make_pool()
+    old = make_backend(tmp_path, pool, max_pages=100)
+    rng = random.Random(4)
+    old_chain = page_hashes([rng.randrange(50000) for _ in range(6 * PAGE_SIZE)], PAGE_SIZE)
+    assert all(write(old, pool, old_chain))
+    old.close()
+    backend = make_backend(tmp_path, pool, max_pages=8)
+    new_chain = page_hashes([rng.randrange(50000) for _ in range(4 * PAGE_SIZE)], PAGE_SIZE)
+    assert all(write(backend, pool, new_chain))
+    assert backend.batch_exists_each(new_chain) == [True] * 4
+    assert sum(backend.batch_exists_each(old_chain)) == 4  # pages found at start-up went first

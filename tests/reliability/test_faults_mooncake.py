@@ -1,0 +1,93 @@
+"""Mooncake Store: ``mooncake_master`` killed mid-run and restarted.
+
+The master holds all object metadata in memory, so a restart loses every object; the segment
+holder and clients must register again. The test measures what the backend does (reconnects by
+itself, or keeps failing fast) and asserts what must hold either way: no exception reaches the
+caller, no wrong byte is served, no host slot leaks, every call during the outage is bounded, and a
+backend opened after the restart serves again.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from typing import Any
+
+import pytest
+from rel_support import HOST, PrivateServices, Workload, assert_clean, make_pool, record
+
+from hicache_storage import make_config
+
+pytest.importorskip("hicache_storage_mooncake")
+from hicache_storage_mooncake import MooncakeBackend  # noqa: E402
+
+pytestmark = [pytest.mark.services, pytest.mark.timeout(150)]
+
+RESILIENCE = {"deadline_s": 2.0, "retries": 1, "breaker_threshold": 5, "breaker_reset_s": 0.5}
+
+
+def open_mooncake(services: PrivateServices) -> tuple[MooncakeBackend, Any]:
+    rpc, http = services.mooncake_ports[0], services.mooncake_ports[1]
+    pool = make_pool()
+    extra = {
+        "master_server_address": f"{HOST}:{rpc}",
+        "metadata_server": f"http://{HOST}:{http}/metadata",
+        "global_segment_size": 0,
+        "local_buffer_size": 16 << 20,
+        "setup_retries": 1,
+        "key_prefix": f"rel{secrets.token_hex(3)}/",
+        "resilience": RESILIENCE,
+    }
+    backend = MooncakeBackend(make_config("rel-model", extra_config=extra))
+    backend.register_mem_pool_host(pool)
+    return backend, pool
+
+
+def test_mooncake_master_killed_mid_run(services: PrivateServices) -> None:
+    services.ctl("start", "mooncake")
+    backend, pool = open_mooncake(services)
+    workload = Workload(backend, pool)
+    stop = threading.Event()
+    thread = workload.start(stop)
+    try:
+        time.sleep(1.5)
+        fault_at = time.monotonic()
+        services.ctl("kill", "mooncake-master")
+        time.sleep(2.0)
+        restore_begin = time.monotonic()
+        services.ctl("stop", "mooncake-segment")
+        services.ctl("start", "mooncake")
+        restored_at = time.monotonic()
+        recovery = workload.wait_recovered(restored_at, 20)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive(), "a call hung: the workload did not stop"
+    before = workload.report.between(0, fault_at)
+    try:
+        backend.close()
+    except Exception as error:  # close must not raise either
+        pytest.fail(f"close() raised after the master restart: {error!r}")
+    assert_clean(workload)
+    assert sum(s.hits for s in before) > 0, "nothing was verified before the fault"
+    outage = workload.report.between(fault_at, restored_at + 0.5)
+    assert any(s.set_ok < s.set_total for s in outage), f"the kill was not observed: {outage}"
+    worst = max((s.seconds for s in outage), default=0.0)
+    assert worst < 3 * (RESILIENCE["deadline_s"] * 2 + 1), f"a round took {worst:.1f}s while the master was down"
+    record("mooncake.master_kill.max_round_s_during_outage", worst)
+    record("mooncake.master_kill.same_client_recovery_s", recovery)
+    # whatever the old client does, a client opened after the restart must serve
+    fresh, fresh_pool = open_mooncake(services)
+    check = Workload(fresh, fresh_pool)
+    begin = time.monotonic()
+    try:
+        while time.monotonic() - begin < 15:
+            sample = check.round()
+            if sample.set_ok == sample.set_total and sample.hits == sample.reads:
+                break
+    finally:
+        fresh.close()
+    assert_clean(check)
+    assert check.report.hits > 0, "a client opened after the master restart does not serve"
+    record("mooncake.master_kill.new_client_serves_after_s", time.monotonic() - begin)
