@@ -1,4 +1,4 @@
-"""Microbenchmark a storage backend: set/get/exists throughput and batch latency, next to its raw client.
+"""Microbenchmark a backend: set/get/exists throughput and latency, next to its raw client.
 
 Raw baseline hook: a backend class may define ``raw_baseline(config) -> client`` (a static or class
 method) returning an object with ``set(keys, buffers)``, ``get(keys, buffers)`` (fill each buffer),

@@ -1,4 +1,4 @@
-"""Replay a Mooncake-format trace against a storage backend: hit rates by tier, oracle ceiling, TTFT."""
+"""Replay a request trace against a backend: hit rates by tier, oracle ceiling, TTFT."""
 
 from __future__ import annotations
 
@@ -97,10 +97,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
         transient=True,
     ) as progress:
         for config in configs:
-            task = progress.add_task(f"replay {config.mode}", total=len(requests))
+            bar = progress.add_task(f"replay {config.mode}", total=len(requests))
 
-            def advance(count: int, task: TaskID = task) -> None:
-                progress.advance(task, count)
+            def advance(count: int, bar: TaskID = bar) -> None:
+                progress.advance(bar, count)
 
             results.append(
                 run_replay(requests, config, args.backend, options, clear=not args.no_clear, progress=advance)

@@ -34,8 +34,13 @@ def plot_results(
     fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), sharey=True, squeeze=False)
     for axis, result in zip(axes[0], results, strict=True):
         records = result.records
+        axis.set_title(_label(result), fontsize=9)
+        if not records:
+            continue
         edges = np.linspace(0, len(records), min(windows, max(len(records), 1)) + 1).astype(int)
-        minutes = [records[max(b - 1, 0)].timestamp_ms / 60_000 for b in edges[1:]] if records else []
+        # step="post": window i spans from its first request to the next window's first request
+        bounds = [*edges[:-1].tolist(), len(records) - 1]
+        minutes = [records[b].timestamp_ms / 60_000 for b in bounds]
         bottom = np.zeros(len(minutes))
         for tier in _TIERS:
             rates = []
@@ -44,10 +49,10 @@ def plot_results(
                 total = sum(r.input_tokens for r in chunk)
                 hit = sum(getattr(r, f"{tier}_tokens") for r in chunk)
                 rates.append(hit / total if total else 0.0)
+            rates.append(rates[-1])
             axis.fill_between(minutes, bottom, bottom + np.asarray(rates), step="post", label=tier, alpha=0.8)
             bottom = bottom + np.asarray(rates)
         axis.axhline(result.rate(result.oracle_hit_tokens), color="black", linestyle="--", linewidth=1, label="oracle")
-        axis.set_title(_label(result), fontsize=9)
         axis.set_xlabel("trace time (min)")
     axes[0][0].set_ylabel("hit rate (tokens)")
     axes[0][-1].legend(fontsize=7, loc="upper right")

@@ -56,6 +56,13 @@ hc_pid_is() {
     return 1
 }
 
+# True when the pid recorded in pidfile $1 is alive and not a zombie.
+hc_pid_running() {
+    local pid
+    pid=$(head -n1 "$1" 2>/dev/null | tr -dc 0-9)
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && ! hc_zombie "$pid"
+}
+
 # Pid recorded in pidfile $1 if that process is alive and matches pattern $2.
 hc_live_pid() {
     local pidfile=$1 pattern=$2 pid
@@ -99,7 +106,9 @@ hc_wait() {
         if "$@" >/dev/null 2>&1; then
             return 0
         fi
-        if [ -n "$pidfile" ] && ! hc_live_pid "$pidfile" "$pattern" >/dev/null; then
+        # Only a dead process fails the wait: right after hc_spawn the pid may still show the
+        # launching shell (before its exec), which would not match the pattern yet.
+        if [ -n "$pidfile" ] && ! hc_pid_running "$pidfile"; then
             hc_fail_log "$what exited before becoming ready" "$logfile"
         fi
         if [ $SECONDS -ge $deadline ]; then

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from rel_support import FIGURES, PrivateServices  # noqa: E402
+from rel_support import FIGURES, PrivateServices
 
 
 @pytest.fixture(scope="module")

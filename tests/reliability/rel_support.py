@@ -121,7 +121,9 @@ class PrivateServices:
     def close(self) -> None:
         """Stop everything this object started and remove its state directory."""
         if self.started:
-            subprocess.run(["bash", str(CTL), "stop", "all"], env=self.env, capture_output=True, timeout=120, check=False)
+            subprocess.run(
+                ["bash", str(CTL), "stop", "all"], env=self.env, capture_output=True, timeout=120, check=False
+            )
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

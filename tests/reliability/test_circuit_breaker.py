@@ -23,7 +23,7 @@ from rel_support import PrivateServices, Workload, assert_clean, make_pool, reco
 from hicache_storage import make_config
 
 pytest.importorskip("hicache_storage_redis")
-from hicache_storage_redis import RedisBackend  # noqa: E402
+from hicache_storage_redis import RedisBackend
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(90)]
 
@@ -128,9 +128,7 @@ def _redis_pid(services: PrivateServices) -> int:
 def test_breaker_with_hung_server(services: PrivateServices) -> None:
     services.ctl("start", "redis")
     pid = _redis_pid(services)
-    figures = exercise(
-        services, "hung", lambda: os.kill(pid, signal.SIGSTOP), lambda: os.kill(pid, signal.SIGCONT)
-    )
+    figures = exercise(services, "hung", lambda: os.kill(pid, signal.SIGSTOP), lambda: os.kill(pid, signal.SIGCONT))
     # a hung server costs about the deadline per call until the breaker opens
     assert figures["failed_call_before_open_ms"] >= DEADLINE_S * 1000 * 0.8
     assert figures["failed_call_before_open_ms"] <= DEADLINE_S * 1000 * 2.5
@@ -138,5 +136,7 @@ def test_breaker_with_hung_server(services: PrivateServices) -> None:
 
 def test_breaker_with_killed_server(services: PrivateServices) -> None:
     services.ctl("start", "redis")
-    figures = exercise(services, "killed", lambda: services.ctl("kill", "redis"), lambda: services.ctl("start", "redis"))
+    figures = exercise(
+        services, "killed", lambda: services.ctl("kill", "redis"), lambda: services.ctl("start", "redis")
+    )
     assert figures["recovery_after_restore_s"] <= RESET_S + 5

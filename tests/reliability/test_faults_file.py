@@ -25,8 +25,8 @@ from rel_support import PAGE_SIZE, Workload, assert_clean, fault_phase, make_key
 from hicache_storage import make_config
 
 pytest.importorskip("hicache_storage_file")
-from hicache_storage_file import FileBackend  # noqa: E402
-from hicache_storage_file.layout import PageLayout  # noqa: E402
+from hicache_storage_file import FileBackend
+from hicache_storage_file.layout import PageLayout
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,7 +46,16 @@ def _mount(*args: str) -> None:
 
 
 def _umount(target: Path) -> None:
-    subprocess.run(["umount", str(target)], check=False, capture_output=True, timeout=20)
+    """Unmount ``target`` until it is no longer a mount point (a bind mount may be stacked)."""
+    for _ in range(5):
+        subprocess.run(["umount", str(target)], check=False, capture_output=True, timeout=20)
+        if not _mounted(target):
+            return
+
+
+def _mounted(target: Path) -> bool:
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        return any(line.split()[1] == str(target) for line in mounts)
 
 
 def _can_mount() -> bool:
@@ -91,8 +100,15 @@ def test_directory_made_read_only_mid_run(tmp_path: Path) -> None:
 
     def inject() -> None:
         _mount("--bind", str(root), str(root))
-        _mount("-o", "remount,ro,bind", str(root))
         mounted.set()
+        for attempt in range(50):  # EBUSY while a write is open on the mount: try again
+            try:
+                _mount("-o", "remount,ro,bind", str(root))
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.02)
         with pytest.raises(OSError):
             (root / "probe").write_bytes(b"x")  # root cannot write either: the fault is real
 
@@ -101,7 +117,9 @@ def test_directory_made_read_only_mid_run(tmp_path: Path) -> None:
         mounted.clear()
 
     try:
-        timings = fault_phase(workload, healthy_s=0.5, inject=inject, outage_s=1.0, restore=restore, recover_timeout_s=10)
+        timings = fault_phase(
+            workload, healthy_s=0.5, inject=inject, outage_s=1.0, restore=restore, recover_timeout_s=10
+        )
     finally:
         if mounted.is_set():
             _umount(root)
@@ -193,8 +211,9 @@ def _flip(path: Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def _writer(root: str, salt: str, version: int, seconds: float, ready: Any, go: Any) -> None:
+def _writer(root: str, salt: str, version: int, seconds: float, events: tuple[Any, Any]) -> None:
     """Child process: write the shared keys with its own version for ``seconds``."""
+    ready, go = events
     backend, pool = open_file(Path(root), io_threads=2)
     workload = Workload(backend, pool, batch=8, universe=32, salt=salt, versions=(version,), seed=version)
     ready.set()
@@ -215,7 +234,7 @@ def test_two_processes_write_the_same_keys(tmp_path: Path) -> None:
     ready = [context.Event(), context.Event()]
     go = context.Event()
     writers = [
-        context.Process(target=_writer, args=(str(root), salt, version, 2.0, ready[i], go))
+        context.Process(target=_writer, args=(str(root), salt, version, 2.0, (ready[i], go)))
         for i, version in enumerate((1, 2))
     ]
     for process in writers:
@@ -243,4 +262,4 @@ def test_two_processes_write_the_same_keys(tmp_path: Path) -> None:
     assert temp_files(root) == []
     record("file.two_writers.verified_hits", reader.report.hits)
     record("file.two_writers.page_bytes", pool.bytes_per_page)
-    assert PAGE_SIZE == pool.page_size
+    assert pool.page_size == PAGE_SIZE

@@ -11,7 +11,7 @@ from rel_support import PrivateServices, Workload, assert_clean, fault_phase, ma
 from hicache_storage import make_config
 
 pytest.importorskip("hicache_storage_redis")
-from hicache_storage_redis import RedisBackend  # noqa: E402
+from hicache_storage_redis import RedisBackend
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(90)]
 

@@ -11,8 +11,8 @@ from rel_support import PrivateServices, Workload, assert_clean, fault_phase, ma
 from hicache_storage import make_config
 
 pytest.importorskip("hicache_storage_s3")
-import boto3  # noqa: E402
-from hicache_storage_s3 import S3Backend  # noqa: E402
+import boto3
+from hicache_storage_s3 import S3Backend
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(90)]
 
@@ -49,7 +49,9 @@ def test_s3_server_stopped_mid_run_and_restarted(services: PrivateServices) -> N
     bucket = f"rel-{secrets.token_hex(4)}"
     create_bucket(services, bucket)
     pool = make_pool()
-    backend = S3Backend(make_config("rel-model", extra_config={**s3_options(services, bucket), "resilience": RESILIENCE}))
+    backend = S3Backend(
+        make_config("rel-model", extra_config={**s3_options(services, bucket), "resilience": RESILIENCE})
+    )
     backend.register_mem_pool_host(pool)
     workload = Workload(backend, pool)
 

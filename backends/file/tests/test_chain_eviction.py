@@ -78,7 +78,7 @@ def test_single_batch_chains_lose_tails_first(tmp_path: Path) -> None:
         assert_prefixes(backend, chains)
     lengths = assert_prefixes(backend, chains)
     assert sum(lengths) <= 40
-    assert 0 < sum(lengths) and any(0 < n < len(c) for n, c in zip(lengths, chains, strict=True)), lengths
+    assert sum(lengths) > 0 and any(0 < n < len(c) for n, c in zip(lengths, chains, strict=True)), lengths
     assert lengths[-1] == len(chains[-1]), "the newest chain should survive whole"
     assert on_disk_bytes(tmp_path) <= 40 * (HEADER_SIZE + pool.bytes_per_page)
     assert backend.get_stats()["counters"]["evictions"] > 0

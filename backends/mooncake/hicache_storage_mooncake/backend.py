@@ -36,6 +36,19 @@ __all__ = ["MooncakeBackend", "MooncakeRawStore"]
 CLOSE_WAIT_S = 30.0
 
 
+def _rounds(keys: Sequence[str]) -> list[list[int]]:
+    """Positions of ``keys`` split so no round repeats a key (in order: the last write wins)."""
+    rounds: list[list[int]] = []
+    seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        depth = seen.get(key, -1) + 1
+        seen[key] = depth
+        if depth == len(rounds):
+            rounds.append([])
+        rounds[depth].append(index)
+    return rounds
+
+
 def _address(segment: memoryview) -> int:
     """Address of a segment's first byte (read-only views too)."""
     return int(np.frombuffer(segment, np.uint8).__array_interface__["data"][0])
@@ -153,6 +166,25 @@ class MooncakeBackend(HiCacheStorage):
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
         """Upsert each page as one object (multi-segment pages: remove, then multi-buffer put)."""
+        return self._by_rounds(self._write_once, keys, pages)
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+        """Read each object into its page; a hit only when exactly the page's byte count arrived."""
+        return self._by_rounds(self._read_once, keys, pages)
+
+    @staticmethod
+    def _by_rounds(run: Any, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+        rounds = _rounds(keys)
+        if len(rounds) == 1:
+            return list(run(keys, pages))
+        out = [False] * len(keys)
+        for positions in rounds:  # Mooncake batches must not repeat a key
+            results = run([keys[i] for i in positions], [pages[i] for i in positions])
+            for index, ok in zip(positions, results, strict=True):
+                out[index] = ok
+        return out
+
+    def _write_once(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
         out = [False] * len(keys)
         mkeys = [self.mooncake_key(key) for key in keys]
         direct, ptrs, sizes, staged = self._plan(pages)
@@ -210,8 +242,7 @@ class MooncakeBackend(HiCacheStorage):
                 for index, code in zip(chunk, codes, strict=True):
                     out[index] = code == 0
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
-        """Read each object into its page; a hit only when exactly the page's byte count arrived."""
+    def _read_once(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
         out = [False] * len(keys)
         mkeys = [self.mooncake_key(key) for key in keys]
         direct, ptrs, sizes, staged = self._plan(pages)

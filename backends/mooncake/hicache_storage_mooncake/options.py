@@ -110,10 +110,13 @@ class MooncakeOptions:
             raise ConfigError("extra_config.local_hostname", "must be a non-empty host name")
         if not 1 <= self.setup_retries <= 100:
             raise ConfigError(
-                "extra_config.setup_retries", f"must be in 1..100 (0 makes set-up always fail), got {self.setup_retries}"
+                "extra_config.setup_retries",
+                f"must be in 1..100 (0 makes set-up always fail), got {self.setup_retries}",
             )
         if not _PREFIX.fullmatch(self.key_prefix):
-            raise ConfigError("extra_config.key_prefix", f"allowed characters are [A-Za-z0-9._:/-], got {self.key_prefix!r}")
+            raise ConfigError(
+                "extra_config.key_prefix", f"allowed characters are [A-Za-z0-9._:/-], got {self.key_prefix!r}"
+            )
         if int(self.local_buffer_size or 0) <= 0:  # type: ignore[arg-type]
             raise ConfigError("extra_config.local_buffer_size", "must be > 0")
         if int(self.staging_buffer_size) <= 0:  # type: ignore[arg-type]

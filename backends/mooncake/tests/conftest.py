@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from hicache_storage_mooncake import MooncakeBackend
-from mooncake_support import ensure_running, make_pool, client_options
+from mooncake_support import client_options, ensure_running, make_pool
 
 from hicache_storage import HostKVPool, make_config
 
@@ -27,7 +27,9 @@ def open_backend(mooncake: None) -> Iterator[Any]:
     """Factory: ``open_backend(options=None, pool=None)``; every backend is cleared and closed afterwards."""
     opened: list[MooncakeBackend] = []
 
-    def factory(options: dict[str, Any] | None = None, pool: HostKVPool | None = None, model: str = "m") -> MooncakeBackend:
+    def factory(
+        options: dict[str, Any] | None = None, pool: HostKVPool | None = None, model: str = "m"
+    ) -> MooncakeBackend:
         backend = MooncakeBackend(make_config(model, extra_config=client_options(**(options or {}))))
         backend.register_mem_pool_host(pool if pool is not None else make_pool())
         opened.append(backend)

@@ -48,6 +48,8 @@ def build_client(options: RedisOptions, timeout_s: float) -> Any:
     kwargs = client_kwargs(options, timeout_s)
     if not options.cluster:
         if options.url is not None:
+            # A rediss:// URL already selects the TLS connection class, which takes no ``ssl`` argument.
+            kwargs.pop("ssl", None)
             return redis.Redis.from_url(options.url, **kwargs)
         return redis.Redis(
             host=options.host or DEFAULT_HOST, port=options.port or DEFAULT_PORT, db=options.db, **kwargs

@@ -24,6 +24,7 @@ from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, 
 
 from .options import S3Options, check_secret_types
 from .raw_store import S3RawStore
+from .redaction import protect_secrets
 
 __all__ = ["DEFAULT_TIMEOUT_S", "S3Backend"]
 
@@ -256,7 +257,16 @@ def _make_client(options: S3Options, timeout_s: float) -> Any:
         response_checksum_validation="when_required",
         s3=s3_config or None,
     )
-    return session.client("s3", endpoint_url=options.endpoint_url, config=config)
+    client = session.client("s3", endpoint_url=options.endpoint_url, config=config)
+    credentials = session.get_credentials()
+    frozen = credentials.get_frozen_credentials() if credentials is not None else None
+    protect_secrets(
+        options.aws_secret_access_key,
+        options.aws_session_token,
+        frozen.secret_key if frozen else None,
+        frozen.token if frozen else None,
+    )
+    return client
 
 
 def _not_found(error: ClientError) -> bool:

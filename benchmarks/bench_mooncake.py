@@ -1,0 +1,119 @@
+"""Benchmark: the mooncake backend's v1 calls against raw ``MooncakeDistributedStore`` batch calls.
+
+Same run, same master, same host pool (MHA ``page_first`` bf16, 512 KiB pages = K + V segments of
+256 KiB), batches of 32 and 128 pages. Raw baseline per batch: ``batch_remove(force)`` +
+``batch_put_from_multi_buffers`` for writes (Mooncake has no multi-buffer upsert; what the backend
+does) and ``batch_get_into_multi_buffers`` for reads, with pointers from the pool's
+``get_page_buffer_meta``. Ours: ``batch_set_v1`` / ``batch_get_v1``. Rounds alternate ours/raw;
+prints medians (ms per batch) and the ratio raw_time/our_time (>= 0.9 is the goal).
+
+    source scripts/services/env.sh && scripts/services/start.sh mooncake
+    python benchmarks/bench_mooncake.py --repeat 15 [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import time
+from typing import Any
+
+os.environ.setdefault("MC_LOG_LEVEL", "WARNING")
+
+import torch
+from hicache_storage_mooncake import MooncakeBackend
+
+from hicache_storage import HostKVPool, make_config
+
+PAGE_SIZE = 32  # 4 layers x 8 heads x 128 dims x bf16 x (K, V) x 32 tokens = 512 KiB
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--batches", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    master = os.environ.get("HICACHE_TEST_MOONCAKE_MASTER", "127.0.0.1:15551")
+    metadata = os.environ.get("HICACHE_TEST_MOONCAKE_METADATA", "http://127.0.0.1:15552/metadata")
+    top = max(args.batches)
+    pool = HostKVPool(num_pages=top, page_size=PAGE_SIZE, layer_num=4, head_num=8, head_dim=128, layout="page_first")
+    raw_bytes = pool.kv_buffer.view(-1).view(torch.uint8)
+    raw_bytes.copy_(torch.randint(0, 256, raw_bytes.shape, dtype=torch.uint8))
+    options = {
+        "master_server_address": master,
+        "metadata_server": metadata,
+        "global_segment_size": 0,
+        "key_prefix": f"bench{secrets.token_hex(3)}/",
+    }
+    backend = MooncakeBackend(make_config("bench", extra_config=options))
+    backend.register_mem_pool_host(pool)
+    store, config = backend._store, backend._replicate  # the same client, pool already registered
+    results: dict[str, Any] = {"page_bytes": pool.bytes_per_page, "master": master, "batches": {}}
+    try:
+        for batch in args.batches:
+            keys = [f"{secrets.token_hex(16)}" for _ in range(batch)]
+            raw_keys = [f"raw{k}" for k in keys]
+            host = torch.arange(batch * PAGE_SIZE, dtype=torch.int64)
+            ptrs, sizes = pool.get_page_buffer_meta(host)
+            per = len(ptrs) // batch
+            page_ptrs = [ptrs[n * per : (n + 1) * per] for n in range(batch)]
+            page_sizes = [sizes[n * per : (n + 1) * per] for n in range(batch)]
+
+            def raw_set(
+                _ptrs: list[list[int]] = page_ptrs, _sizes: list[list[int]] = page_sizes, _names: list[str] = raw_keys
+            ) -> bool:
+                store.batch_remove(_names, True)
+                return all(c == 0 for c in store.batch_put_from_multi_buffers(_names, _ptrs, _sizes, config))
+
+            def raw_get(
+                _ptrs: list[list[int]] = page_ptrs, _sizes: list[list[int]] = page_sizes, _names: list[str] = raw_keys
+            ) -> bool:
+                total = sum(_sizes[0])
+                return all(c == total for c in store.batch_get_into_multi_buffers(_names, _ptrs, _sizes))
+
+            def ours_set(_keys: list[str] = keys, _host: torch.Tensor = host) -> bool:
+                return all(backend.batch_set_v1(_keys, _host))
+
+            def ours_get(_keys: list[str] = keys, _host: torch.Tensor = host) -> bool:
+                return all(backend.batch_get_v1(_keys, _host))
+
+            timings: dict[str, list[float]] = {"ours_set": [], "raw_set": [], "ours_get": [], "raw_get": []}
+            for round_number in range(args.repeat + 1):  # round 0 warms up
+                order = [("ours_set", ours_set), ("raw_set", raw_set), ("ours_get", ours_get), ("raw_get", raw_get)]
+                if round_number % 2:
+                    order = [order[1], order[0], order[3], order[2]]
+                for name, call in order:
+                    begin = time.perf_counter()
+                    assert call(), f"{name} failed at batch {batch}"
+                    if round_number:
+                        timings[name].append(time.perf_counter() - begin)
+            med = {name: statistics.median(values) * 1e3 for name, values in timings.items()}
+            gib = batch * pool.bytes_per_page / (1 << 30)
+            row = {
+                **{f"{name}_ms": round(value, 3) for name, value in med.items()},
+                "set_ratio": round(med["raw_set"] / med["ours_set"], 3),
+                "get_ratio": round(med["raw_get"] / med["ours_get"], 3),
+                "ours_set_gib_s": round(gib / med["ours_set"] * 1e3, 2),
+                "ours_get_gib_s": round(gib / med["ours_get"] * 1e3, 2),
+            }
+            results["batches"][str(batch)] = row
+            print(
+                f"batch {batch:4d} x {pool.bytes_per_page >> 10} KiB: set ours {med['ours_set']:.2f} ms raw "
+                f"{med['raw_set']:.2f} ms ratio {row['set_ratio']:.3f} | get ours {med['ours_get']:.2f} ms raw "
+                f"{med['raw_get']:.2f} ms ratio {row['get_ratio']:.3f}"
+            )
+            store.batch_remove(raw_keys, True)
+    finally:
+        backend.clear()
+        backend.close()
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
