@@ -25,7 +25,7 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 if [ -f scripts/services/requirements-services.txt ]; then
   "${PIP[@]}" -r scripts/services/requirements-services.txt
 fi
-editables=(-e .)
+editables=(-e ".[plot]")
 for dir in backends/*/ conformance/ examples/plugin-template/; do
   [ -f "$dir/pyproject.toml" ] && editables+=(-e "$dir")
 done

@@ -1,24 +1,32 @@
 """The mooncake backend: one Mooncake Store object per page, moved straight from/to host-pool memory.
 
-The host pool's buffer is registered with the transfer engine, so pages travel by pointer:
+Every object is a 32-byte header followed by the page's segments back to back (see
+:mod:`hicache_storage_mooncake.record`). The host pool's buffer and a header arena are registered
+with the transfer engine, so pages travel by pointer:
 
-- one-segment pages (MLA, v0 flat pages): ``batch_upsert_from`` / ``batch_get_into``;
-- multi-segment pages (MHA K and V, ``layer_first`` layers): ``batch_put_from_multi_buffers`` /
-  ``batch_get_into_multi_buffers``, one object holding the segments back to back. Mooncake has no
-  multi-buffer upsert and ``put`` keeps an old value, so the batch's keys are removed (``force``) first.
+- writes: ``batch_put_from_multi_buffers`` of [header, segment, ...]. Mooncake has no multi-buffer
+  upsert and ``put`` keeps an old value, so the batch's keys are removed (``force``) first;
+- reads: ``batch_get_into_multi_buffers`` into [header slot, segment, ...]; the page is a hit only
+  when exactly header + page bytes arrived and the header matches (magic, version, digest of the
+  object key, payload length) and, with ``verify_checksum`` (default), the XXH3-64 of the segments,
+  hashed in place, matches too.
 
-Pages outside registered memory (v0 flat tensors) go through a registered staging buffer. A read is
-a hit only when Mooncake returns exactly the page's byte count, so a truncated or oversized object
-is a miss; payload bytes are not checksummed (``verifies_integrity`` is not declared). A batch in
-which every key fails with RPC_FAIL (master unreachable) raises :class:`BackendFault`, which the
-SDK turns into misses / ``False`` and feeds to the circuit breaker; other negative codes are per-key
-failures counted as ``mooncake_<code name>``.
+Mooncake's force-remove and upsert do not wait for readers, and freed memory is reused at once: a
+read racing an overwrite can receive another object's bytes. The header check turns that into a
+miss. Pages outside registered memory (v0 flat tensors) go through a registered staging buffer
+holding header and payload contiguously (``batch_upsert_from`` / ``batch_get_into``), so v0 and v1
+pages are interchangeable. A batch in which every key fails with RPC_FAIL (master unreachable)
+raises :class:`BackendFault`, which the SDK turns into misses / ``False`` and feeds to the circuit
+breaker; other negative codes are per-key failures counted as ``mooncake_<code name>``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import queue
 import threading
 from collections.abc import Iterator, MutableMapping, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
@@ -29,11 +37,16 @@ from hicache_storage.page_buffers import PageBuffers
 
 from .client import OBJECT_NOT_FOUND, RPC_FAIL, CallGate, code_name, import_store, open_store
 from .options import MooncakeOptions
+from .record import HEADER_SIZE, RecordCheck, check_header, key_digest, pack_header, payload_checksum
 
-__all__ = ["MooncakeBackend", "MooncakeRawStore"]
+__all__ = ["HEADER_SLABS", "MooncakeBackend", "MooncakeRawStore"]
 
 #: How long ``close()`` waits for calls in flight before giving up on closing the client.
 CLOSE_WAIT_S = 30.0
+#: Header slabs (of ``max_batch_size`` headers each) in the arena: calls running at once before one waits.
+HEADER_SLABS = 16
+#: How long a call waits for a free header slab before failing (counted as a fault).
+SLAB_WAIT_S = 30.0
 
 
 def _rounds(keys: Sequence[str]) -> list[list[int]]:
@@ -54,12 +67,39 @@ def _address(segment: memoryview) -> int:
     return int(np.frombuffer(segment, np.uint8).__array_interface__["data"][0])
 
 
+class HeaderArena:
+    """Registered memory for object headers, lent out in slabs of ``per_slab`` headers (one slab per call)."""
+
+    def __init__(self, slabs: int, per_slab: int) -> None:
+        self.per_slab = per_slab
+        self.slab_bytes = per_slab * HEADER_SIZE
+        self.tensor = torch.zeros(slabs * self.slab_bytes, dtype=torch.uint8)
+        self.base = int(self.tensor.data_ptr())
+        self.size = slabs * self.slab_bytes
+        self.view = memoryview(self.tensor.numpy()).cast("B")
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slab in range(slabs):
+            self._free.put(slab * self.slab_bytes)
+
+    @contextmanager
+    def slab(self) -> Iterator[int]:
+        """Offset of a slab reserved for the caller until the block ends."""
+        try:
+            offset = self._free.get(timeout=SLAB_WAIT_S)
+        except queue.Empty:
+            raise BackendFault(f"no free header slab within {SLAB_WAIT_S} s") from None
+        try:
+            yield offset
+        finally:
+            self._free.put(offset)
+
+
 class MooncakeBackend(HiCacheStorage):
     """Pages in a Mooncake Store (see :class:`MooncakeOptions`).
 
     Construction sets up the client and raises :class:`BackendFault` naming the master when none
     answers (after ``setup_retries`` attempts of about 4.4 s each). ``raw_store()`` is a mapping
-    over the stored objects (storage key → bytes) for tools and tests.
+    over the stored objects (storage key → bytes, header included) for tools and tests.
     """
 
     Options: ClassVar[type[Any]] = MooncakeOptions
@@ -71,46 +111,59 @@ class MooncakeBackend(HiCacheStorage):
         supports_delete=True,
         supports_clear=True,
         max_batch_size=128,
-        verifies_integrity=False,
+        verifies_integrity=True,
     )
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
         options: MooncakeOptions = self.options
         self.key_prefix = options.key_prefix
+        self.verify_checksum = bool(options.verify_checksum)
+        if not self.verify_checksum:  # key and length still checked, payload corruption is not seen
+            self.capabilities = dataclasses.replace(type(self).capabilities, verifies_integrity=False)  # type: ignore[misc]
         _, replicate_cls = import_store()
         self._replicate = replicate_cls()
         self._replicate.replica_num = options.replica_num
         self._gate = CallGate()
         self._store: Any = open_store(options)
         self._regions: list[tuple[int, int]] = []
+        self._headers: HeaderArena | None = None
         self._staging: torch.Tensor | None = None
         self._staging_pages = 0
         self._staging_lock = threading.Lock()
 
     # ------------------------------------------------------------ set-up
     def on_register_pool(self, pool: Any) -> None:
-        """Register the pool's buffer(s) and a staging buffer with the transfer engine."""
+        """Register the pool's buffer(s), the header arena and a staging buffer with the transfer engine."""
         buffers = pool.kv_buffer if isinstance(pool.kv_buffer, (list, tuple)) else [pool.kv_buffer]
         for tensor in buffers:
             self._register(int(tensor.data_ptr()), int(tensor.numel() * tensor.element_size()))
         page_bytes = self.keyspace.page_bytes if self.keyspace is not None else 0
-        pages = max(1, int(self.options.staging_buffer_size) // max(page_bytes, 1))
+        record_bytes = HEADER_SIZE + page_bytes
+        pages = max(1, int(self.options.staging_buffer_size) // record_bytes)
         with self._staging_lock:
+            if self._headers is None:
+                arena = HeaderArena(HEADER_SLABS, max(1, int(self.capabilities.max_batch_size or 1)))
+                if not self._register(arena.base, arena.size):
+                    raise BackendFault("Mooncake could not register the header arena")
+                self._headers = arena
             if self._staging is None:
-                self._staging = torch.empty(pages * page_bytes, dtype=torch.uint8)
+                self._staging = torch.empty(pages * record_bytes, dtype=torch.uint8)
                 self._staging_pages = pages
-                self._register(int(self._staging.data_ptr()), pages * page_bytes)
+                self._register(int(self._staging.data_ptr()), pages * record_bytes)
 
-    def _register(self, ptr: int, size: int) -> None:
-        if size <= 0 or self._registered(ptr, size):
-            return
+    def _register(self, ptr: int, size: int) -> bool:
+        if size <= 0:
+            return False
+        if self._registered(ptr, size):
+            return True
         with self._gate:
             code = self._store.register_buffer(ptr, size)
         if code != 0:  # left unregistered: its pages are copied through the staging buffer
             self.stats.bump("mooncake_register_failed")
-            return
+            return False
         self._regions.append((ptr, ptr + size))
+        return True
 
     def _registered(self, ptr: int, size: int) -> bool:
         return any(begin <= ptr and ptr + size <= end for begin, end in self._regions)
@@ -158,18 +211,36 @@ class MooncakeBackend(HiCacheStorage):
         for begin in range(0, len(staged), step):
             yield staged[begin : begin + step]
 
-    def _staging_view(self) -> tuple[torch.Tensor, int]:
+    def _staging_view(self) -> tuple[np.ndarray, int]:
         if self._staging is None:
             raise BackendFault("no staging buffer: register_mem_pool_host was not called")
-        return self._staging, int(self._staging.data_ptr())
+        return self._staging.numpy(), int(self._staging.data_ptr())
+
+    def _arena(self) -> HeaderArena:
+        if self._headers is None:
+            raise BackendFault("no header arena: register_mem_pool_host was not called")
+        return self._headers
+
+    def _digest(self, segments: Sequence[Any]) -> int | None:
+        return payload_checksum(segments) if self.verify_checksum else None
+
+    def _accept(self, header: Any, offset: int, name: str, segments: Sequence[Any], length: int) -> bool:
+        """Whether the header at ``header[offset:]`` and the payload in ``segments`` form this key's page."""
+        verdict, digest = check_header(header, offset, length, key_digest(name), self.verify_checksum)
+        if verdict is RecordCheck.OK and self.verify_checksum and payload_checksum(segments) != digest:
+            verdict = RecordCheck.BAD_CHECKSUM
+        if verdict is RecordCheck.OK:
+            return True
+        self.stats.bump(f"mooncake_{verdict.value}")
+        return False
 
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
-        """Upsert each page as one object (multi-segment pages: remove, then multi-buffer put)."""
+        """Store each page as [header, segments] (remove, then multi-buffer put; staged pages: upsert)."""
         return self._by_rounds(self._write_once, keys, pages)
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
-        """Read each object into its page; a hit only when exactly the page's byte count arrived."""
+        """Read each object into [header slot, segments]; a hit only when size and header (and checksum) match."""
         return self._by_rounds(self._read_once, keys, pages)
 
     @staticmethod
@@ -188,57 +259,76 @@ class MooncakeBackend(HiCacheStorage):
         out = [False] * len(keys)
         mkeys = [self.mooncake_key(key) for key in keys]
         direct, ptrs, sizes, staged = self._plan(pages)
-        with self._gate:
-            single = [n for n, page_ptrs in enumerate(ptrs) if len(page_ptrs) == 1]
-            multi = [n for n, page_ptrs in enumerate(ptrs) if len(page_ptrs) > 1]
-            if single:
-                codes = self._check(
-                    self._store.batch_upsert_from(
-                        [mkeys[direct[n]] for n in single],
-                        [ptrs[n][0] for n in single],
-                        [sizes[n][0] for n in single],
-                        self._replicate,
-                    ),
-                    len(single),
-                    "batch_upsert_from",
-                )
-                for n, code in zip(single, codes, strict=True):
-                    out[direct[n]] = code == 0
-            if multi:
-                names = [mkeys[direct[n]] for n in multi]
-                self._check(self._store.batch_remove(names, True), len(names), "batch_remove")
+        if direct:
+            self._write_direct(mkeys, pages, direct, ptrs, sizes, out)
+        if staged:
+            self._write_staged(mkeys, pages, staged, out)
+        return out
+
+    def _write_direct(
+        self,
+        mkeys: list[str],
+        pages: Sequence[PageBuffers],
+        direct: list[int],
+        ptrs: list[list[int]],
+        sizes: list[list[int]],
+        out: list[bool],
+    ) -> None:
+        arena = self._arena()
+        names = [mkeys[index] for index in direct]
+        with arena.slab() as slab:
+            all_ptrs: list[list[int]] = []
+            all_sizes: list[list[int]] = []
+            for n, index in enumerate(direct):  # headers (and checksums) before the remove: a short gap
+                offset = slab + n * HEADER_SIZE
+                pack_header(arena.view, offset, sum(sizes[n]), self._digest(pages[index]), key_digest(names[n]))
+                all_ptrs.append([arena.base + offset, *ptrs[n]])
+                all_sizes.append([HEADER_SIZE, *sizes[n]])
+            with self._gate:
+                removed = self._check(self._store.batch_remove(names, True), len(names), "batch_remove")
+                # A key whose old object could not be removed is not put: put would keep the old value.
+                todo = [n for n, code in enumerate(removed) if code in (0, OBJECT_NOT_FOUND)]
+                if not todo:
+                    return
                 codes = self._check(
                     self._store.batch_put_from_multi_buffers(
-                        names, [ptrs[n] for n in multi], [sizes[n] for n in multi], self._replicate
+                        [names[n] for n in todo],
+                        [all_ptrs[n] for n in todo],
+                        [all_sizes[n] for n in todo],
+                        self._replicate,
                     ),
-                    len(names),
+                    len(todo),
                     "batch_put_from_multi_buffers",
                 )
-                for n, code in zip(multi, codes, strict=True):
-                    out[direct[n]] = code == 0
-            if staged:
-                self._write_staged(mkeys, pages, staged, out)
-        return out
+        for n, code in zip(todo, codes, strict=True):
+            out[direct[n]] = code == 0
 
     def _write_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
         with self._staging_lock:
-            staging, base = self._staging_view()
-            host = staging.numpy()
+            host, base = self._staging_view()
+            view = memoryview(host).cast("B")
             for chunk in self._staging_chunks(staged):
                 chunk_ptrs, chunk_sizes = [], []
                 offset = 0
                 for index in chunk:
                     start = offset
+                    offset += HEADER_SIZE
                     for segment in pages[index]:
                         host[offset : offset + segment.nbytes] = np.frombuffer(segment, np.uint8)
                         offset += segment.nbytes
+                    length = offset - start - HEADER_SIZE
+                    digest = self._digest([view[start + HEADER_SIZE : offset]])
+                    pack_header(view, start, length, digest, key_digest(mkeys[index]))
                     chunk_ptrs.append(base + start)
                     chunk_sizes.append(offset - start)
-                codes = self._check(
-                    self._store.batch_upsert_from([mkeys[i] for i in chunk], chunk_ptrs, chunk_sizes, self._replicate),
-                    len(chunk),
-                    "batch_upsert_from",
-                )
+                with self._gate:
+                    codes = self._check(
+                        self._store.batch_upsert_from(
+                            [mkeys[i] for i in chunk], chunk_ptrs, chunk_sizes, self._replicate
+                        ),
+                        len(chunk),
+                        "batch_upsert_from",
+                    )
                 for index, code in zip(chunk, codes, strict=True):
                     out[index] = code == 0
 
@@ -246,32 +336,37 @@ class MooncakeBackend(HiCacheStorage):
         out = [False] * len(keys)
         mkeys = [self.mooncake_key(key) for key in keys]
         direct, ptrs, sizes, staged = self._plan(pages)
-        with self._gate:
-            single = [n for n, page_ptrs in enumerate(ptrs) if len(page_ptrs) == 1]
-            multi = [n for n, page_ptrs in enumerate(ptrs) if len(page_ptrs) > 1]
-            if single:
+        if direct:
+            self._read_direct(mkeys, pages, direct, ptrs, sizes, out)
+        if staged:
+            self._read_staged(mkeys, pages, staged, out)
+        return out
+
+    def _read_direct(
+        self,
+        mkeys: list[str],
+        pages: Sequence[PageBuffers],
+        direct: list[int],
+        ptrs: list[list[int]],
+        sizes: list[list[int]],
+        out: list[bool],
+    ) -> None:
+        arena = self._arena()
+        names = [mkeys[index] for index in direct]
+        with arena.slab() as slab:
+            arena.view[slab : slab + len(direct) * HEADER_SIZE] = bytes(len(direct) * HEADER_SIZE)
+            all_ptrs = [[arena.base + slab + n * HEADER_SIZE, *ptrs[n]] for n in range(len(direct))]
+            all_sizes = [[HEADER_SIZE, *sizes[n]] for n in range(len(direct))]
+            with self._gate:
                 codes = self._check(
-                    self._store.batch_get_into(
-                        [mkeys[direct[n]] for n in single], [ptrs[n][0] for n in single], [sizes[n][0] for n in single]
-                    ),
-                    len(single),
-                    "batch_get_into",
-                )
-                for n, code in zip(single, codes, strict=True):
-                    out[direct[n]] = self._complete(code, sizes[n][0])
-            if multi:
-                codes = self._check(
-                    self._store.batch_get_into_multi_buffers(
-                        [mkeys[direct[n]] for n in multi], [ptrs[n] for n in multi], [sizes[n] for n in multi]
-                    ),
-                    len(multi),
+                    self._store.batch_get_into_multi_buffers(names, all_ptrs, all_sizes),
+                    len(names),
                     "batch_get_into_multi_buffers",
                 )
-                for n, code in zip(multi, codes, strict=True):
-                    out[direct[n]] = self._complete(code, sum(sizes[n]))
-            if staged:
-                self._read_staged(mkeys, pages, staged, out)
-        return out
+            for n, (index, code) in enumerate(zip(direct, codes, strict=True)):
+                length = sum(sizes[n])
+                if self._complete(code, HEADER_SIZE + length):
+                    out[index] = self._accept(arena.view, slab + n * HEADER_SIZE, names[n], pages[index], length)
 
     def _complete(self, code: int, expected: int) -> bool:
         if code >= 0 and code != expected:
@@ -280,20 +375,24 @@ class MooncakeBackend(HiCacheStorage):
 
     def _read_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
         with self._staging_lock:
-            staging, base = self._staging_view()
-            host = staging.numpy()
+            host, base = self._staging_view()
+            view = memoryview(host).cast("B")
             for chunk in self._staging_chunks(staged):
-                totals = [sum(segment.nbytes for segment in pages[index]) for index in chunk]
+                totals = [HEADER_SIZE + sum(segment.nbytes for segment in pages[index]) for index in chunk]
                 starts = [sum(totals[:n]) for n in range(len(chunk))]
-                codes = self._check(
-                    self._store.batch_get_into([mkeys[i] for i in chunk], [base + s for s in starts], totals),
-                    len(chunk),
-                    "batch_get_into",
-                )
+                with self._gate:
+                    codes = self._check(
+                        self._store.batch_get_into([mkeys[i] for i in chunk], [base + s for s in starts], totals),
+                        len(chunk),
+                        "batch_get_into",
+                    )
                 for index, code, start, total in zip(chunk, codes, starts, totals, strict=True):
                     if not self._complete(code, total):
                         continue
-                    offset = start
+                    payload = view[start + HEADER_SIZE : start + total]
+                    if not self._accept(view, start, mkeys[index], [payload], total - HEADER_SIZE):
+                        continue
+                    offset = start + HEADER_SIZE
                     for segment in pages[index]:
                         np.frombuffer(segment, np.uint8)[:] = host[offset : offset + segment.nbytes]
                         offset += segment.nbytes

@@ -75,6 +75,10 @@ class MooncakeOptions:
     - ``staging_buffer_size``: registered buffer that pages outside the host pool (v0 flat tensors)
       are copied through.
     - ``replica_num``: replicas of each object.
+    - ``verify_checksum``: write and check the XXH3-64 of each page (default ``True``). ``False``
+      still checks the header (object key digest and length) but neither hashes nor verifies the
+      payload: ``verifies_integrity`` is then not declared, and a client with ``True`` reads pages
+      written with ``False`` as misses.
     """
 
     master_server_address: str | None = None
@@ -88,6 +92,7 @@ class MooncakeOptions:
     key_prefix: str = ""
     staging_buffer_size: int | str = 32 << 20
     replica_num: int = 1
+    verify_checksum: bool = True
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -121,6 +126,8 @@ class MooncakeOptions:
             raise ConfigError("extra_config.local_buffer_size", "must be > 0")
         if int(self.staging_buffer_size) <= 0:  # type: ignore[arg-type]
             raise ConfigError("extra_config.staging_buffer_size", "must be > 0")
+        if not isinstance(self.verify_checksum, bool):
+            raise ConfigError("extra_config.verify_checksum", f"expected true or false, got {self.verify_checksum!r}")
         if self.replica_num < 1:
             raise ConfigError("extra_config.replica_num", f"must be >= 1, got {self.replica_num}")
 
