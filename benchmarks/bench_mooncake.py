@@ -4,8 +4,11 @@ Same run, same master, same host pool (MHA ``page_first`` bf16, 512 KiB pages = 
 256 KiB), batches of 32 and 128 pages. Raw baseline per batch: ``batch_remove(force)`` +
 ``batch_put_from_multi_buffers`` for writes (Mooncake has no multi-buffer upsert; what the backend
 does) and ``batch_get_into_multi_buffers`` for reads, with pointers from the pool's
-``get_page_buffer_meta``. Ours: ``batch_set_v1`` / ``batch_get_v1``. Rounds alternate ours/raw;
-prints medians (ms per batch) and the ratio raw_time/our_time (>= 0.9 is the goal).
+``get_page_buffer_meta`` and no header. Ours: ``batch_set_v1`` / ``batch_get_v1`` of two backend
+instances on the same pool: ``ours`` (defaults: header + XXH3-64 of every page, written and
+verified) and ``nohash`` (``verify_checksum: false``: header with key digest and length only).
+Each round runs the three in a rotated order; prints medians (ms per batch) and the ratios
+raw_time/our_time (>= 0.9 is the goal).
 
     source scripts/services/env.sh && scripts/services/start.sh mooncake
     python benchmarks/bench_mooncake.py --repeat 15 [--json out.json]
@@ -51,11 +54,25 @@ def main() -> None:
     }
     backend = MooncakeBackend(make_config("bench", extra_config=options))
     backend.register_mem_pool_host(pool)
+    nohash = MooncakeBackend(make_config("bench", extra_config={**options, "verify_checksum": False}))
+    nohash.register_mem_pool_host(pool)
     store, config = backend._store, backend._replicate  # the same client, pool already registered
-    results: dict[str, Any] = {"page_bytes": pool.bytes_per_page, "master": master, "batches": {}}
+    results: dict[str, Any] = {
+        "page_bytes": pool.bytes_per_page,
+        "master": master,
+        "repeat": args.repeat,
+        "variants": {
+            "ours": "defaults (verify_checksum: true)",
+            "nohash": "verify_checksum: false",
+            "raw": "raw client calls, no header",
+        },
+        "batches": {},
+    }
+    variants = ("ours", "nohash", "raw")
     try:
         for batch in args.batches:
             keys = [f"{secrets.token_hex(16)}" for _ in range(batch)]
+            nohash_keys = [f"n{k}" for k in keys]
             raw_keys = [f"raw{k}" for k in keys]
             host = torch.arange(batch * PAGE_SIZE, dtype=torch.int64)
             ptrs, sizes = pool.get_page_buffer_meta(host)
@@ -75,41 +92,50 @@ def main() -> None:
                 total = sum(_sizes[0])
                 return all(c == total for c in store.batch_get_into_multi_buffers(_names, _ptrs, _sizes))
 
-            def ours_set(_keys: list[str] = keys, _host: torch.Tensor = host) -> bool:
-                return all(backend.batch_set_v1(_keys, _host))
+            def setter(instance: MooncakeBackend, names: list[str], _host: torch.Tensor = host) -> Any:
+                return lambda: all(instance.batch_set_v1(names, _host))
 
-            def ours_get(_keys: list[str] = keys, _host: torch.Tensor = host) -> bool:
-                return all(backend.batch_get_v1(_keys, _host))
+            def getter(instance: MooncakeBackend, names: list[str], _host: torch.Tensor = host) -> Any:
+                return lambda: all(instance.batch_get_v1(names, _host))
 
-            timings: dict[str, list[float]] = {"ours_set": [], "raw_set": [], "ours_get": [], "raw_get": []}
+            calls = {
+                "ours_set": setter(backend, keys),
+                "ours_get": getter(backend, keys),
+                "nohash_set": setter(nohash, nohash_keys),
+                "nohash_get": getter(nohash, nohash_keys),
+                "raw_set": raw_set,
+                "raw_get": raw_get,
+            }
+            timings: dict[str, list[float]] = {name: [] for name in calls}
             for round_number in range(args.repeat + 1):  # round 0 warms up
-                order = [("ours_set", ours_set), ("raw_set", raw_set), ("ours_get", ours_get), ("raw_get", raw_get)]
-                if round_number % 2:
-                    order = [order[1], order[0], order[3], order[2]]
-                for name, call in order:
-                    begin = time.perf_counter()
-                    assert call(), f"{name} failed at batch {batch}"
-                    if round_number:
-                        timings[name].append(time.perf_counter() - begin)
+                shift = round_number % len(variants)
+                order = variants[shift:] + variants[:shift]
+                for op in ("set", "get"):
+                    for variant in order:
+                        name = f"{variant}_{op}"
+                        begin = time.perf_counter()
+                        assert calls[name](), f"{name} failed at batch {batch}"
+                        if round_number:
+                            timings[name].append(time.perf_counter() - begin)
             med = {name: statistics.median(values) * 1e3 for name, values in timings.items()}
             gib = batch * pool.bytes_per_page / (1 << 30)
-            row = {
-                **{f"{name}_ms": round(value, 3) for name, value in med.items()},
-                "set_ratio": round(med["raw_set"] / med["ours_set"], 3),
-                "get_ratio": round(med["raw_get"] / med["ours_get"], 3),
-                "ours_set_gib_s": round(gib / med["ours_set"] * 1e3, 2),
-                "ours_get_gib_s": round(gib / med["ours_get"] * 1e3, 2),
-            }
+            row: dict[str, float] = {f"{name}_ms": round(value, 3) for name, value in med.items()}
+            for variant in ("ours", "nohash"):
+                for op in ("set", "get"):
+                    row[f"{variant}_{op}_ratio"] = round(med[f"raw_{op}"] / med[f"{variant}_{op}"], 3)
+                    row[f"{variant}_{op}_gib_s"] = round(gib / med[f"{variant}_{op}"] * 1e3, 2)
             results["batches"][str(batch)] = row
-            print(
-                f"batch {batch:4d} x {pool.bytes_per_page >> 10} KiB: set ours {med['ours_set']:.2f} ms raw "
-                f"{med['raw_set']:.2f} ms ratio {row['set_ratio']:.3f} | get ours {med['ours_get']:.2f} ms raw "
-                f"{med['raw_get']:.2f} ms ratio {row['get_ratio']:.3f}"
-            )
+            for op in ("set", "get"):
+                print(
+                    f"batch {batch:4d} x {pool.bytes_per_page >> 10} KiB {op}: raw {med[f'raw_{op}']:.2f} ms | "
+                    f"ours {med[f'ours_{op}']:.2f} ms ratio {row[f'ours_{op}_ratio']:.3f} | "
+                    f"nohash {med[f'nohash_{op}']:.2f} ms ratio {row[f'nohash_{op}_ratio']:.3f}"
+                )
             store.batch_remove(raw_keys, True)
     finally:
-        backend.clear()
-        backend.close()
+        for instance in (backend, nohash):
+            instance.clear()
+            instance.close()
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +20,8 @@ from hicache_storage import HostKVPool
 from hicache_storage.integrations.sglang import SGLangBackend, extra_config_for, sglang_available
 
 NO_SGLANG = "sglang is not importable; run scripts/sglang-test.sh (installs sglang==0.5.23, no dependencies)"
+if os.environ.get("HICACHE_SGLANG_REQUIRED") and not sglang_available():
+    raise RuntimeError("HICACHE_SGLANG_REQUIRED is set, but SGLang's HiCacheStorage cannot be imported")
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not sglang_available(), reason=NO_SGLANG)]
 
 PAGE = 4
@@ -146,6 +149,8 @@ def _hicache_file_skip() -> str | None:
     try:
         importlib.import_module("sglang.srt.mem_cache.storage.file.lru_file_evictor")
     except Exception as exc:
+        if os.environ.get("HICACHE_SGLANG_REQUIRED"):
+            raise  # the SGLang target installed everything: a failed import is a set-up bug
         return f"SGLang's HiCacheFile cannot be built here: {type(exc).__name__}: {exc}"
     return None
 

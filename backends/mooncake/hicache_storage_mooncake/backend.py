@@ -76,7 +76,7 @@ class HeaderArena:
         self.tensor = torch.zeros(slabs * self.slab_bytes, dtype=torch.uint8)
         self.base = int(self.tensor.data_ptr())
         self.size = slabs * self.slab_bytes
-        self.view = memoryview(self.tensor.numpy()).cast("B")
+        self.view = self.tensor.numpy().data.cast("B")
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for slab in range(slabs):
             self._free.put(slab * self.slab_bytes)
@@ -259,29 +259,33 @@ class MooncakeBackend(HiCacheStorage):
         out = [False] * len(keys)
         mkeys = [self.mooncake_key(key) for key in keys]
         direct, ptrs, sizes, staged = self._plan(pages)
-        if direct:
-            self._write_direct(mkeys, pages, direct, ptrs, sizes, out)
+        step = self._arena().per_slab
+        for begin in range(0, len(direct), step):  # one header slab per chunk
+            chunk = direct[begin : begin + step]
+            done = self._write_direct(
+                [mkeys[i] for i in chunk],
+                [pages[i] for i in chunk],
+                ptrs[begin : begin + step],
+                sizes[begin : begin + step],
+            )
+            for index, ok in zip(chunk, done, strict=True):
+                out[index] = ok
         if staged:
             self._write_staged(mkeys, pages, staged, out)
         return out
 
     def _write_direct(
-        self,
-        mkeys: list[str],
-        pages: Sequence[PageBuffers],
-        direct: list[int],
-        ptrs: list[list[int]],
-        sizes: list[list[int]],
-        out: list[bool],
-    ) -> None:
+        self, names: list[str], pages: list[PageBuffers], ptrs: list[list[int]], sizes: list[list[int]]
+    ) -> list[bool]:
+        """Remove, then put [header, segments...] for pages in registered memory (at most one slab)."""
         arena = self._arena()
-        names = [mkeys[index] for index in direct]
+        out = [False] * len(names)
         with arena.slab() as slab:
             all_ptrs: list[list[int]] = []
             all_sizes: list[list[int]] = []
-            for n, index in enumerate(direct):  # headers (and checksums) before the remove: a short gap
+            for n, page in enumerate(pages):  # headers (and checksums) before the remove: a short gap
                 offset = slab + n * HEADER_SIZE
-                pack_header(arena.view, offset, sum(sizes[n]), self._digest(pages[index]), key_digest(names[n]))
+                pack_header(arena.view, offset, sum(sizes[n]), self._digest(page), key_digest(names[n]))
                 all_ptrs.append([arena.base + offset, *ptrs[n]])
                 all_sizes.append([HEADER_SIZE, *sizes[n]])
             with self._gate:
@@ -289,7 +293,7 @@ class MooncakeBackend(HiCacheStorage):
                 # A key whose old object could not be removed is not put: put would keep the old value.
                 todo = [n for n, code in enumerate(removed) if code in (0, OBJECT_NOT_FOUND)]
                 if not todo:
-                    return
+                    return out
                 codes = self._check(
                     self._store.batch_put_from_multi_buffers(
                         [names[n] for n in todo],
@@ -301,12 +305,13 @@ class MooncakeBackend(HiCacheStorage):
                     "batch_put_from_multi_buffers",
                 )
         for n, code in zip(todo, codes, strict=True):
-            out[direct[n]] = code == 0
+            out[n] = code == 0
+        return out
 
     def _write_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
         with self._staging_lock:
             host, base = self._staging_view()
-            view = memoryview(host).cast("B")
+            view = host.data.cast("B")
             for chunk in self._staging_chunks(staged):
                 chunk_ptrs, chunk_sizes = [], []
                 offset = 0
@@ -336,37 +341,42 @@ class MooncakeBackend(HiCacheStorage):
         out = [False] * len(keys)
         mkeys = [self.mooncake_key(key) for key in keys]
         direct, ptrs, sizes, staged = self._plan(pages)
-        if direct:
-            self._read_direct(mkeys, pages, direct, ptrs, sizes, out)
+        step = self._arena().per_slab
+        for begin in range(0, len(direct), step):  # one header slab per chunk
+            chunk = direct[begin : begin + step]
+            done = self._read_direct(
+                [mkeys[i] for i in chunk],
+                [pages[i] for i in chunk],
+                ptrs[begin : begin + step],
+                sizes[begin : begin + step],
+            )
+            for index, ok in zip(chunk, done, strict=True):
+                out[index] = ok
         if staged:
             self._read_staged(mkeys, pages, staged, out)
         return out
 
     def _read_direct(
-        self,
-        mkeys: list[str],
-        pages: Sequence[PageBuffers],
-        direct: list[int],
-        ptrs: list[list[int]],
-        sizes: list[list[int]],
-        out: list[bool],
-    ) -> None:
+        self, names: list[str], pages: list[PageBuffers], ptrs: list[list[int]], sizes: list[list[int]]
+    ) -> list[bool]:
+        """Get into [header slot, segments...] for pages in registered memory (at most one slab); then check."""
         arena = self._arena()
-        names = [mkeys[index] for index in direct]
+        out = [False] * len(names)
         with arena.slab() as slab:
-            arena.view[slab : slab + len(direct) * HEADER_SIZE] = bytes(len(direct) * HEADER_SIZE)
-            all_ptrs = [[arena.base + slab + n * HEADER_SIZE, *ptrs[n]] for n in range(len(direct))]
-            all_sizes = [[HEADER_SIZE, *sizes[n]] for n in range(len(direct))]
+            arena.view[slab : slab + len(names) * HEADER_SIZE] = bytes(len(names) * HEADER_SIZE)
+            all_ptrs = [[arena.base + slab + n * HEADER_SIZE, *ptrs[n]] for n in range(len(names))]
+            all_sizes = [[HEADER_SIZE, *sizes[n]] for n in range(len(names))]
             with self._gate:
                 codes = self._check(
                     self._store.batch_get_into_multi_buffers(names, all_ptrs, all_sizes),
                     len(names),
                     "batch_get_into_multi_buffers",
                 )
-            for n, (index, code) in enumerate(zip(direct, codes, strict=True)):
+            for n, code in enumerate(codes):
                 length = sum(sizes[n])
                 if self._complete(code, HEADER_SIZE + length):
-                    out[index] = self._accept(arena.view, slab + n * HEADER_SIZE, names[n], pages[index], length)
+                    out[n] = self._accept(arena.view, slab + n * HEADER_SIZE, names[n], pages[n], length)
+        return out
 
     def _complete(self, code: int, expected: int) -> bool:
         if code >= 0 and code != expected:
@@ -376,7 +386,7 @@ class MooncakeBackend(HiCacheStorage):
     def _read_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
         with self._staging_lock:
             host, base = self._staging_view()
-            view = memoryview(host).cast("B")
+            view = host.data.cast("B")
             for chunk in self._staging_chunks(staged):
                 totals = [HEADER_SIZE + sum(segment.nbytes for segment in pages[index]) for index in chunk]
                 starts = [sum(totals[:n]) for n in range(len(chunk))]

@@ -7,14 +7,19 @@ integrity category reaches stored objects through ``raw_store()`` (the backend's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import pytest
 from hicache_storage_conformance import BackendConformance
 from mooncake_support import client_options, ctl, ensure_running
+
+pytestmark = pytest.mark.timeout(120)
 
 
 class TestMooncakeConformance(BackendConformance):
     backend = "mooncake"
+    # Each example opens and closes a client (close takes about 1 s in Mooncake): 12 keep it near 15 s.
+    max_examples: ClassVar[int] = 12
 
     def backend_options(self, tmp_path: Path) -> dict[str, Any]:
         ensure_running()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 import time
@@ -12,9 +13,12 @@ import torch
 from hicache_storage_mooncake import MooncakeBackend, MooncakeOptions
 from hicache_storage_mooncake.client import INSTALL_HINT
 from hicache_storage_mooncake.options import parse_size
-from mooncake_support import client_options, ctl, indices, keys_for, make_pool, page_bytes
+from hicache_storage_mooncake.record import FLAG_UNHASHED, HEADER_SIZE, MAGIC, key_digest, payload_checksum
+from mooncake_support import PAGE_SIZE, client_options, ctl, indices, keys_for, make_pool, page_bytes
 
 from hicache_storage import BackendFault, ConfigError, available_backends, make_config
+
+pytestmark = pytest.mark.timeout(120)
 
 
 # ---------------------------------------------------------------- options (no server needed)
@@ -40,6 +44,7 @@ def test_options_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"master_server_address": "h:1", "setup_retries": 0}, "setup_retries"),
         ({"master_server_address": "h:1", "key_prefix": "a b"}, "key_prefix"),
         ({"master_server_address": "h:1", "global_segment_size": "lots"}, "global_segment_size"),
+        ({"master_server_address": "h:1", "verify_checksum": "yes"}, "verify_checksum"),
     ],
 )
 def test_options_rejected(monkeypatch: pytest.MonkeyPatch, values: dict[str, Any], option: str) -> None:
@@ -128,6 +133,69 @@ def test_size_mismatch_is_a_miss(open_backend: Any) -> None:
     assert backend.batch_get([short, long]) == [None, None]
     assert backend.get_stats()["counters"]["mooncake_size_mismatch"] >= 1
     assert len(before) == pool.bytes_per_page
+
+
+def test_stored_object_is_header_then_page(open_backend: Any) -> None:
+    pool = make_pool()
+    backend = open_backend(pool=pool)
+    (key,) = keys_for(1)
+    assert backend.batch_set_v1([key], indices(0, 1)) == [True]
+    stored = backend.raw_store()[backend.keyspace.storage_key(key)]
+    magic, version, flags, _, length, digest, kd = struct.unpack_from("<4sBBHQQQ", stored)
+    assert (magic, version, flags, length) == (MAGIC, 1, 0, pool.bytes_per_page)
+    assert stored[HEADER_SIZE:] == page_bytes(pool, 0)
+    assert digest == payload_checksum([stored[HEADER_SIZE:]])
+    assert kd == key_digest(backend.mooncake_key(backend.keyspace.storage_key(key)))
+    assert backend.capabilities.verifies_integrity is True
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_another_keys_bytes_are_a_miss(open_backend: Any, verify: bool) -> None:
+    """What a read racing an overwrite can receive (reused memory): another object's header and page."""
+    pool = make_pool()
+    backend = open_backend({"verify_checksum": verify}, pool=pool)
+    mine, other = keys_for(2)
+    assert backend.batch_set_v1([mine, other], indices(0, 2)) == [True, True]
+    raw = backend.raw_store()
+    raw[backend.keyspace.storage_key(mine)] = raw[backend.keyspace.storage_key(other)]
+    assert backend.batch_get_v1([mine, other], indices(4, 2)) == [False, True]
+    assert backend.batch_get([mine])[0] is None
+    assert backend.get_stats()["counters"]["mooncake_key_mismatch"] == 2
+    assert page_bytes(pool, 5) == page_bytes(pool, 1)
+
+
+def test_corruption_detection_follows_verify_checksum(open_backend: Any) -> None:
+    pool = make_pool()
+    checked = open_backend(pool=pool)
+    unchecked = open_backend({"key_prefix": checked.key_prefix, "verify_checksum": False}, pool=pool)
+    assert unchecked.capabilities.verifies_integrity is False
+    assert type(unchecked).capabilities.verifies_integrity is True
+    (key,) = keys_for(1)
+    assert checked.batch_set_v1([key], indices(0, 1)) == [True]
+    raw = checked.raw_store()
+    stored = bytearray(raw[checked.keyspace.storage_key(key)])
+    stored[-1] ^= 0x5A
+    raw[checked.keyspace.storage_key(key)] = bytes(stored)
+    assert checked.batch_get_v1([key], indices(2, 1)) == [False]
+    assert checked.batch_get([key]) == [None]
+    assert checked.get_stats()["counters"]["mooncake_checksum_mismatch"] == 2
+    assert unchecked.batch_get_v1([key], indices(2, 1)) == [True]  # header intact: accepted, unhashed
+
+
+def test_unhashed_pages_are_misses_for_verifying_readers(open_backend: Any) -> None:
+    pool = make_pool()
+    writer = open_backend({"verify_checksum": False}, pool=pool)
+    reader = open_backend({"key_prefix": writer.key_prefix}, pool=pool)
+    keys = keys_for(2)
+    assert writer.batch_set_v1(keys[:1], indices(0, 1)) == [True]
+    assert writer.batch_set(keys[1:], [pool.get_data_page(4 * PAGE_SIZE).clone()]) is True  # staged path
+    for key in keys:
+        flags = writer.raw_store()[writer.keyspace.storage_key(key)][5]
+        assert flags == FLAG_UNHASHED
+    assert writer.batch_get_v1(keys, indices(2, 2)) == [True, True]
+    assert [page_bytes(pool, 2), page_bytes(pool, 3)] == [page_bytes(pool, 0), page_bytes(pool, 4)]
+    assert reader.batch_get_v1(keys, indices(6, 2)) == [False, False]
+    assert reader.get_stats()["counters"]["mooncake_unverified"] == 2
 
 
 def test_isolation_between_deployments(open_backend: Any) -> None:
