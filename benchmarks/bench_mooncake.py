@@ -114,7 +114,9 @@ def main() -> None:
                     for variant in order:
                         name = f"{variant}_{op}"
                         begin = time.perf_counter()
-                        assert calls[name](), f"{name} failed at batch {batch}"
+                        if not calls[name]():
+                            counters = {n: b.get_stats()["counters"] for n, b in (("ours", backend), ("nohash", nohash))}
+                            raise SystemExit(f"{name} failed at batch {batch}: {counters}")
                         if round_number:
                             timings[name].append(time.perf_counter() - begin)
             med = {name: statistics.median(values) * 1e3 for name, values in timings.items()}
