@@ -235,6 +235,8 @@ def run(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(list(argv))
     console = Console()
+    if not console.is_terminal:  # logs and pipes: wide enough that tables do not wrap
+        console = Console(width=160)
     handler: Callable[[argparse.Namespace, Console], int] = args.handler
     try:
         return handler(args, console)

@@ -96,6 +96,8 @@ class HiCacheStorage(ABC):
     api_version: ClassVar[str] = API_VERSION
     capabilities: ClassVar[Capabilities] = Capabilities()
     Options: ClassVar[type[Any]] = NoOptions
+    #: Client I/O timeout (seconds) of a backend whose resilience policy is off (see :attr:`io_timeout_s`).
+    DEFAULT_IO_TIMEOUT_S: ClassVar[float] = 5.0
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         if not isinstance(config, HiCacheStorageConfig) and not _looks_like_config(config):
@@ -407,6 +409,18 @@ class HiCacheStorage(ABC):
                 return
             self._closed = True
         self.release()
+
+    @property
+    def io_timeout_s(self) -> float:
+        """The timeout (seconds) a backend should give its client for one I/O call.
+
+        The resilience deadline (``extra_config.resilience.deadline_s``, default 5 s) when the
+        policy is on, else :attr:`DEFAULT_IO_TIMEOUT_S` (5 s). A backend option naming an explicit
+        client timeout should take precedence: ``options.timeout_s or self.io_timeout_s``.
+        """
+        if self.resilience is not None:
+            return self.resilience.options.deadline_s
+        return self.DEFAULT_IO_TIMEOUT_S
 
     @property
     def closed(self) -> bool:

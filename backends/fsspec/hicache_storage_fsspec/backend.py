@@ -31,7 +31,7 @@ from .raw_store import FsspecRawStore
 __all__ = ["DEFAULT_TIMEOUT_S", "FsspecBackend"]
 
 #: Client timeout when neither ``timeout_s`` nor a resilience deadline is configured.
-DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
 _S3_PROTOCOLS = ("s3", "s3a")
 
 
@@ -54,8 +54,7 @@ class FsspecBackend(HiCacheStorage):
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
         options: FsspecOptions = self.options
-        deadline = self.resilience.options.deadline_s if self.resilience is not None else DEFAULT_TIMEOUT_S
-        self.timeout_s = options.timeout_s or deadline
+        self.timeout_s = options.timeout_s or self.io_timeout_s
         protocol = options.url.split("://", 1)[0] if "://" in options.url else "file"
         storage_options = _with_client_defaults(protocol, dict(options.storage_options), self.timeout_s)
         try:

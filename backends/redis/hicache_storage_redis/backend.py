@@ -25,7 +25,7 @@ from .wire import send_sets
 __all__ = ["DEFAULT_TIMEOUT_S", "RedisBackend"]
 
 #: I/O timeout when neither ``socket_timeout_s`` nor a resilience deadline is configured.
-DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
 _CLEAR_BATCH = 512
 
 
@@ -51,8 +51,7 @@ class RedisBackend(HiCacheStorage):
         check_secret_types(dict(getattr(config, "extra_config", None) or {}))
         super().__init__(config)
         options: RedisOptions = self.options
-        deadline = self.resilience.options.deadline_s if self.resilience is not None else DEFAULT_TIMEOUT_S
-        self.timeout_s = options.socket_timeout_s or deadline
+        self.timeout_s = options.socket_timeout_s or self.io_timeout_s
         self.key_prefix = options.key_prefix
         self._ttl_ms = None if options.ttl_s is None else max(1, round(options.ttl_s * 1000))
         self._chunk = options.pipeline_pages

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: I/O timeout when neither ``timeout_s`` nor a resilience deadline is configured.
-DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
 _NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
 _DELETE_BATCH = 1000
 
@@ -58,8 +58,7 @@ class S3Backend(HiCacheStorage):
         check_secret_types(dict(getattr(config, "extra_config", None) or {}))
         super().__init__(config)
         options: S3Options = self.options
-        deadline = self.resilience.options.deadline_s if self.resilience is not None else DEFAULT_TIMEOUT_S
-        self.timeout_s = options.timeout_s or deadline
+        self.timeout_s = options.timeout_s or self.io_timeout_s
         self.bucket = options.bucket
         self.root = options.root
         self._fanout = options.fanout_chars

@@ -1,0 +1,193 @@
+"""Test kit for backend authors: small seeded host pools, page indices, keys, test servers.
+
+Everything here is plain Python (no pytest import), so it serves in fixtures, in scripts and in
+the tests themselves::
+
+    from hicache_storage.testing import make_pool, page_bytes, page_indices, random_keys
+
+    pool = make_pool()                        # 16 pages of 4 tokens, seeded random bytes
+    keys = random_keys(4)                     # 4 fresh page-hash-like keys
+    written = [page_bytes(pool, p) for p in range(4)]
+    assert backend.batch_set_v1(keys, page_indices(0, 4)) == [True] * 4
+    assert backend.batch_get_v1(keys, page_indices(4, 4)) == [True] * 4
+    assert [page_bytes(pool, p) for p in range(4, 8)] == written
+
+In a source checkout, :class:`TestServices` reads the connection settings of the local test
+servers (``scripts/services/env.sh --json``) and starts or stops them (``start.sh``/``stop.sh``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from .config import make_config
+from .host_pool import HostKVPool
+from .interface import HiCacheStorage
+
+__all__ = [
+    "PAGE_SIZE",
+    "TestServices",
+    "close_backends",
+    "make_pool",
+    "open_backend",
+    "page_bytes",
+    "page_indices",
+    "random_keys",
+]
+
+#: Tokens per page of the pools :func:`make_pool` builds unless told otherwise.
+PAGE_SIZE = 4
+
+B = TypeVar("B", bound=HiCacheStorage)
+
+
+# --------------------------------------------------------------------------- pools and pages
+def make_pool(
+    layout: str = "page_first",
+    is_mla: bool = False,
+    num_pages: int = 16,
+    *,
+    page_size: int = PAGE_SIZE,
+    dtype: str = "bfloat16",
+    layer_num: int = 3,
+    head_num: int = 2,
+    head_dim: int = 8,
+    kv_cache_dim: int = 24,
+    seed: int | None = 3,
+) -> HostKVPool:
+    """A small :class:`HostKVPool` filled with random bytes drawn from ``torch`` seeded with ``seed``.
+
+    The same arguments give the same bytes. ``seed=None`` leaves the pool zero-filled.
+    MHA pools use ``head_num``/``head_dim``, MLA pools (``is_mla``) ``kv_cache_dim``.
+    """
+    pool = HostKVPool(
+        num_pages=num_pages,
+        page_size=page_size,
+        layer_num=layer_num,
+        dtype=dtype,
+        layout=layout,
+        is_mla=is_mla,
+        head_num=head_num,
+        head_dim=head_dim,
+        kv_cache_dim=kv_cache_dim,
+    )
+    if seed is not None:
+        raw = pool.kv_buffer.view(-1).view(torch.uint8)
+        generator = torch.Generator().manual_seed(seed)
+        raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=generator))
+    return pool
+
+
+def page_indices(first_page: int, count: int, page_size: int = PAGE_SIZE) -> torch.Tensor:
+    """Token indices (int64) of the ``count`` pages from page ``first_page`` on: what the v1 calls take."""
+    return torch.arange(first_page * page_size, (first_page + count) * page_size, dtype=torch.int64)
+
+
+def page_bytes(pool: Any, page: int) -> bytes:
+    """The bytes of page number ``page`` of ``pool`` (ours or SGLang's), in page byte order."""
+    data: torch.Tensor = pool.get_data_page(page * pool.page_size)
+    return bytes(data.contiguous().view(torch.uint8).numpy())
+
+
+def random_keys(count: int, salt: str | None = None) -> list[str]:
+    """``count`` distinct page-hash-like keys (SHA-256 hex, 64 characters).
+
+    Fresh keys on every call; the same ``salt`` gives the same keys (``sha256(salt + str(i))``).
+    """
+    prefix = secrets.token_hex(4) if salt is None else salt
+    return [hashlib.sha256(f"{prefix}{i}".encode()).hexdigest() for i in range(count)]
+
+
+# --------------------------------------------------------------------------- backends
+def open_backend(
+    cls: Callable[[Any], B], extra_config: Mapping[str, Any], pool: HostKVPool | None = None, *, model: str = "m"
+) -> B:
+    """``cls`` built from ``make_config(model, extra_config=...)`` with ``pool`` (else :func:`make_pool`) registered."""
+    backend = cls(make_config(model, extra_config=dict(extra_config)))
+    backend.register_mem_pool_host(pool if pool is not None else make_pool())
+    return backend
+
+
+def close_backends(backends: Iterable[HiCacheStorage]) -> None:
+    """Clear and close each backend not closed yet (the teardown of a test that opened them)."""
+    for backend in backends:
+        if not backend.closed:
+            backend.clear()
+            backend.close()
+
+
+# --------------------------------------------------------------------------- test servers
+class TestServices:
+    """The local test servers of a source checkout, through its ``scripts/services`` scripts.
+
+    ``root`` is the checkout's root directory. ``env`` is the environment of the scripts (``None``:
+    this process's environment at the time of each call); ``timeout_s`` bounds each script run.
+    """
+
+    __test__ = False  # not a test class, whatever its name says
+
+    def __init__(self, root: str | Path, env: Mapping[str, str] | None = None, timeout_s: float = 180.0) -> None:
+        self.root = Path(root)
+        self.scripts = self.root / "scripts" / "services"
+        self.env = None if env is None else dict(env)
+        self.timeout_s = timeout_s
+
+    def _env(self) -> dict[str, str]:
+        return dict(os.environ) if self.env is None else self.env
+
+    def settings(self) -> dict[str, str]:
+        """The ``HICACHE_TEST_*`` connection settings (the environment overrides ``env.sh``'s defaults)."""
+        out = subprocess.run(
+            ["bash", str(self.scripts / "env.sh"), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+            env=self._env(),
+        )
+        settings: dict[str, str] = json.loads(out.stdout)
+        return settings
+
+    def run(self, action: str, *names: str, attempts: int = 1, pause_s: float = 0.0) -> float:
+        """``ctl.sh ACTION NAME...``, tried up to ``attempts`` times (``pause_s`` apart); seconds taken.
+
+        Raises :class:`RuntimeError` with the script's output when the last attempt fails.
+        """
+        begin = time.monotonic()
+        for attempt in range(attempts):
+            done = subprocess.run(
+                ["bash", str(self.scripts / "ctl.sh"), action, *names],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                env=self._env(),
+            )
+            if done.returncode == 0:
+                break
+            if attempt == attempts - 1:
+                raise RuntimeError(f"ctl.sh {action} {' '.join(names)} failed:\n{done.stdout}\n{done.stderr}")
+            time.sleep(pause_s)
+        return time.monotonic() - begin
+
+    def control(self, action: str, *names: str, attempts: int = 3) -> None:
+        """``start.sh``/``stop.sh`` NAME...; a failed start is tried again (up to ``attempts`` times)."""
+        self.run(action, *names, attempts=attempts if action == "start" else 1)
+
+    def start(self, *names: str, attempts: int = 3) -> None:
+        """Start ``names`` (none = all) and wait until they are ready; idempotent."""
+        self.control("start", *names, attempts=attempts)
+
+    def stop(self, *names: str) -> None:
+        """Stop ``names`` (none = all); idempotent."""
+        self.control("stop", *names)

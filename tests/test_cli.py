@@ -1,0 +1,56 @@
+"""The ``hicache-storage`` command: backends, demo, error handling."""
+
+import json
+
+import pytest
+
+from hicache_storage.commands import parse_json_option, run
+from hicache_storage.demo import run_demo
+from hicache_storage.errors import ConfigError
+
+
+def test_backends_json_lists_our_plugins(capsys):
+    assert run(["backends", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert {"file", "sim"} <= set(rows)
+    assert rows["sim"]["distribution"] == "hicache-storage-sim"
+    assert rows["file"]["api_version"] == "1.0"
+    assert rows["file"]["capabilities"]["verifies_integrity"] is True
+    assert rows["file"]["error"] is None
+
+
+def test_demo_verifies_every_page(tmp_path, capsys):
+    out = tmp_path / "demo.json"
+    assert run(["demo", "--pages", "96", "--batch", "32", "--path", str(tmp_path / "store"), "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert [r["backend"] for r in results] == ["file", "sim"]
+    assert all(r["exact"] == r["pages"] == 96 and r["ok"] for r in results)
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_demo_fails_when_bytes_do_not_come_back():
+    result = run_demo("sim", {"keys_only": True}, pages=8, batch=8)
+    assert result.stored == result.read_back == 8
+    assert result.exact == 0 and not result.ok
+
+
+def test_bad_backend_and_config_are_one_clear_line(capsys):
+    assert run(["demo", "--backend", "nosuch"]) == 2
+    assert "no backend named 'nosuch'" in capsys.readouterr().err
+    assert run(["demo", "--backend", "sim", "--config", '{"colour": 1}']) == 2
+    assert "extra_config.colour: unknown option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("[1]", "expected a JSON object"), ("{bad", "not valid JSON"), ("@/no/such/file", "cannot read")],
+)
+def test_config_option_errors(value, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_json_option(value)
+
+
+def test_config_option_from_file(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"path": "/x"}')
+    assert parse_json_option(f"@{path}") == {"path": "/x"}
