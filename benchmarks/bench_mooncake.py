@@ -115,7 +115,8 @@ def main() -> None:
                         name = f"{variant}_{op}"
                         begin = time.perf_counter()
                         if not calls[name]():
-                            counters = {n: b.get_stats()["counters"] for n, b in (("ours", backend), ("nohash", nohash))}
+                            pairs = (("ours", backend), ("nohash", nohash))
+                            counters = {n: b.get_stats()["counters"] for n, b in pairs}
                             raise SystemExit(f"{name} failed at batch {batch}: {counters}")
                         if round_number:
                             timings[name].append(time.perf_counter() - begin)
