@@ -135,4 +135,3 @@ def cleanup(owned: str | None) -> None:
     """Remove a temporary directory created by :func:`default_demo_backends`."""
     if owned:
         shutil.rmtree(owned, ignore_errors=True)
-

@@ -38,11 +38,12 @@ __all__ = [
     "PAGE_SIZE",
     "TestServices",
     "close_backends",
+    "make_backend",
     "make_pool",
-    "open_backend",
     "page_bytes",
     "page_indices",
     "random_keys",
+    "s3_client",
 ]
 
 #: Tokens per page of the pools :func:`make_pool` builds unless told otherwise.
@@ -109,7 +110,7 @@ def random_keys(count: int, salt: str | None = None) -> list[str]:
 
 
 # --------------------------------------------------------------------------- backends
-def open_backend(
+def make_backend(
     cls: Callable[[Any], B], extra_config: Mapping[str, Any], pool: HostKVPool | None = None, *, model: str = "m"
 ) -> B:
     """``cls`` built from ``make_config(model, extra_config=...)`` with ``pool`` (else :func:`make_pool`) registered."""
@@ -127,6 +128,19 @@ def close_backends(backends: Iterable[HiCacheStorage]) -> None:
 
 
 # --------------------------------------------------------------------------- test servers
+def s3_client(settings: Mapping[str, str]) -> Any:
+    """A boto3 client of the test S3 server that ``settings`` (:meth:`TestServices.settings`) describe."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=settings["HICACHE_TEST_S3_ENDPOINT"],
+        region_name=settings["HICACHE_TEST_S3_REGION"],
+        aws_access_key_id=settings["HICACHE_TEST_S3_ACCESS_KEY_ID"],
+        aws_secret_access_key=settings["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
+    )
+
+
 class TestServices:
     """The local test servers of a source checkout, through its ``scripts/services`` scripts.
 
@@ -191,3 +205,15 @@ class TestServices:
     def stop(self, *names: str) -> None:
         """Stop ``names`` (none = all); idempotent."""
         self.control("stop", *names)
+
+    def s3_bucket(self, name: str, settings: Mapping[str, str] | None = None, *, exist_ok: bool = False) -> None:
+        """Create bucket ``name`` on the (running) test S3 server; ``exist_ok``: ignore any failure to.
+
+        The server keeps no state across restarts: create the bucket again after starting it.
+        """
+        client = s3_client(self.settings() if settings is None else settings)
+        try:
+            client.create_bucket(Bucket=name)
+        except Exception:
+            if not exist_ok:
+                raise

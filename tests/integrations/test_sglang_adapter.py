@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from hicache_storage import BackendLoadError, ConfigError, HostKVPool, make_config
+from hicache_storage import BackendLoadError, ConfigError, HostKVPool, make_config, testing
 from hicache_storage.integrations import sglang as adapter
 from hicache_storage.integrations.sglang import SGLangBackend, extra_config_for, launch_args, sdk_config
 
@@ -19,28 +19,11 @@ PAGE = 4
 
 
 def make_pool(layout: str = "page_first", is_mla: bool = False, num_pages: int = 8) -> HostKVPool:
-    pool = HostKVPool(
-        num_pages=num_pages,
-        page_size=PAGE,
-        layer_num=3,
-        dtype="bfloat16",
-        layout=layout,
-        is_mla=is_mla,
-        head_num=2,
-        head_dim=8,
-        kv_cache_dim=16,
-    )
-    raw = pool.kv_buffer.view(-1).view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(7)))
-    return pool
+    return testing.make_pool(layout, is_mla, num_pages, page_size=PAGE, kv_cache_dim=16, seed=7)
 
 
-def slots(first_page: int, count: int) -> torch.Tensor:
-    return torch.arange(first_page * PAGE, (first_page + count) * PAGE, dtype=torch.int64)
-
-
-def page_bytes(pool: Any, page: int) -> bytes:
-    return bytes(pool.get_data_page(page * PAGE).contiguous().view(torch.uint8).numpy())
+slots = testing.page_indices
+page_bytes = testing.page_bytes
 
 
 def make_adapter(tmp_path: Path, pool: Any = None, backend: str = "file", **options: Any) -> SGLangBackend:

@@ -18,6 +18,8 @@ from hicache_storage_conformance import BackendConformance
 
 from hicache_storage import HostKVPool
 from hicache_storage.integrations.sglang import SGLangBackend, extra_config_for, sglang_available
+from hicache_storage.testing import make_pool as make_test_pool
+from hicache_storage.testing import page_bytes
 
 NO_SGLANG = "sglang is not importable; run scripts/sglang-test.sh (installs sglang==0.5.23, no dependencies)"
 if os.environ.get("HICACHE_SGLANG_REQUIRED") and not sglang_available():
@@ -47,20 +49,7 @@ def engine_config(extra: dict[str, Any], *, is_mla: bool = False, metrics: bool 
 
 
 def make_pool(layout: str, is_mla: bool) -> HostKVPool:
-    pool = HostKVPool(
-        num_pages=16,
-        page_size=PAGE,
-        layer_num=2,
-        dtype="bfloat16",
-        layout=layout,
-        is_mla=is_mla,
-        head_num=2,
-        head_dim=16,
-        kv_cache_dim=24,
-    )
-    raw = pool.kv_buffer.view(-1).view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(11)))
-    return pool
+    return make_test_pool(layout, is_mla, page_size=PAGE, layer_num=2, head_dim=16, seed=11)
 
 
 def create(extra: dict[str, Any], pool: HostKVPool, **kwargs: Any) -> Any:
@@ -72,8 +61,7 @@ def create(extra: dict[str, Any], pool: HostKVPool, **kwargs: Any) -> Any:
     return backend
 
 
-def page(pool: HostKVPool, number: int) -> bytes:
-    return bytes(pool.get_data_page(number * PAGE).view(torch.uint8).numpy())
+page = page_bytes
 
 
 def test_factory_loads_the_adapter_as_an_sglang_backend(tmp_path: Path) -> None:

@@ -7,13 +7,13 @@ variables), so killing it disturbs nothing else on the machine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
 import secrets
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -26,9 +26,10 @@ import numpy as np
 import torch
 
 from hicache_storage import HiCacheStorage, HostKVPool
+from hicache_storage.testing import TestServices, random_keys
+from hicache_storage.testing import make_pool as make_test_pool
 
 REPO = Path(__file__).resolve().parents[2]
-CTL = REPO / "scripts" / "services" / "ctl.sh"
 HOST = "127.0.0.1"
 PAGE_SIZE = 4
 
@@ -55,7 +56,7 @@ def free_ports(count: int, *, bus_offset: int | None = None) -> list[int]:
     raise RuntimeError("no free loopback ports found")
 
 
-class PrivateServices:
+class PrivateServices(TestServices):
     """Test servers (redis, redis-cluster, s3, mooncake) owned by one test module."""
 
     def __init__(self) -> None:
@@ -63,7 +64,7 @@ class PrivateServices:
         redis_port, s3_port = free_ports(2)
         cluster = free_ports(3, bus_offset=10000)
         mooncake = free_ports(4)
-        self.env = {
+        env = {
             **os.environ,
             "HICACHE_SERVICES_DIR": self.dir,
             "HICACHE_SERVICES_TIMEOUT": "30",
@@ -75,10 +76,11 @@ class PrivateServices:
             "HICACHE_TEST_MOONCAKE_METRICS_PORT": str(mooncake[2]),
             "HICACHE_TEST_MOONCAKE_CLIENT_PORT": str(mooncake[3]),
         }
-        for name in [k for k in self.env if k.startswith("HICACHE_TEST_") and k.endswith(("_URL", "_NODES"))]:
-            del self.env[name]
+        for name in [k for k in env if k.startswith("HICACHE_TEST_") and k.endswith(("_URL", "_NODES"))]:
+            del env[name]
         for name in ("HICACHE_TEST_S3_ENDPOINT", "HICACHE_TEST_MOONCAKE_MASTER", "HICACHE_TEST_MOONCAKE_METADATA"):
-            self.env.pop(name, None)
+            env.pop(name, None)
+        super().__init__(REPO, env, timeout_s=120)
         self.redis_port = redis_port
         self.cluster_ports = cluster
         self.s3_port = s3_port
@@ -99,46 +101,27 @@ class PrivateServices:
 
     def ctl(self, action: str, *names: str, attempts: int = 2) -> float:
         """Run ``ctl.sh ACTION NAMES``; returns seconds taken. Raises with the log tail on failure."""
-        begin = time.monotonic()
-        for attempt in range(attempts):
-            done = subprocess.run(
-                ["bash", str(CTL), action, *names],
-                env=self.env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-            if done.returncode == 0:
-                if action in ("start", "restart"):
-                    self.started.update(names)
-                return time.monotonic() - begin
-            if attempt == attempts - 1:
-                raise RuntimeError(f"ctl.sh {action} {' '.join(names)} failed:\n{done.stdout}\n{done.stderr}")
-            time.sleep(0.5)
-        raise AssertionError("unreachable")
+        seconds = self.run(action, *names, attempts=attempts, pause_s=0.5)
+        if action in ("start", "restart"):
+            self.started.update(names)
+        return seconds
 
     def close(self) -> None:
         """Stop everything this object started and remove its state directory."""
         if self.started:
-            subprocess.run(
-                ["bash", str(CTL), "stop", "all"], env=self.env, capture_output=True, timeout=120, check=False
-            )
+            with contextlib.suppress(RuntimeError):
+                self.run("stop", "all")
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- pages
 def make_pool(num_pages: int = 64, layout: str = "page_first", head_dim: int = 32) -> HostKVPool:
-    """A small MHA host pool: 2 layers, 2 heads, bf16, pages of 4 tokens (2 KiB with head_dim 32)."""
-    return HostKVPool(
-        num_pages=num_pages, page_size=PAGE_SIZE, layer_num=2, layout=layout, head_num=2, head_dim=head_dim
-    )
+    """A small zero-filled MHA host pool: 2 layers, 2 heads, bf16, pages of 4 tokens (2 KiB with head_dim 32)."""
+    return make_test_pool(layout, num_pages=num_pages, page_size=PAGE_SIZE, layer_num=2, head_dim=head_dim, seed=None)
 
 
-def make_keys(count: int, salt: str | None = None) -> list[str]:
-    """``count`` page-hash-like keys (64 lowercase hex), unique to this call unless ``salt`` is given."""
-    salt = salt if salt is not None else secrets.token_hex(6)
-    return [hashlib.sha256(f"{salt}:{i}".encode()).hexdigest() for i in range(count)]
+#: ``make_keys(count, salt=None)``: ``count`` page-hash-like keys, unique to this call unless ``salt`` is given.
+make_keys = random_keys
 
 
 def page_content(key: str, version: int, nbytes: int) -> bytes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing
 import os
 import stat
@@ -16,6 +15,7 @@ from hicache_storage_file import PATH_ENV, FileBackend
 from hicache_storage_file.layout import PageLayout
 
 from hicache_storage import ConfigError, HostKVPool, load_backend, make_config
+from hicache_storage import testing as kit
 from hicache_storage.page_format import HEADER_SIZE, MAGIC, encode_header, encode_record
 
 LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
@@ -24,40 +24,24 @@ PAGE_SIZE = 4
 
 
 def keys_for(count: int, salt: str = "") -> list[str]:
-    return [hashlib.sha256(f"{salt}{i}".encode()).hexdigest() for i in range(count)]
+    """The same ``count`` and ``salt`` give the same keys."""
+    return kit.random_keys(count, salt)
 
 
 def make_pool(
     *, is_mla: bool = False, layout: str = "page_first", dtype: str = "bfloat16", num_pages: int = 8
 ) -> HostKVPool:
-    pool = HostKVPool(
-        num_pages=num_pages,
-        page_size=PAGE_SIZE,
-        layer_num=3,
-        dtype=dtype,
-        layout=layout,
-        is_mla=is_mla,
-        head_num=2,
-        head_dim=8,
-        kv_cache_dim=24,
-    )
-    raw = pool.kv_buffer.view(-1).view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(7)))
-    return pool
+    return kit.make_pool(layout, is_mla, num_pages, dtype=dtype, seed=7)
 
 
 def make_backend(root: Path, pool: HostKVPool | None = None, **options: Any) -> FileBackend:
-    backend = FileBackend(make_config("m", extra_config={"path": str(root), "resilience": False, **options}))
-    backend.register_mem_pool_host(pool if pool is not None else make_pool())
-    return backend
+    return kit.make_backend(
+        FileBackend, {"path": str(root), "resilience": False, **options}, pool if pool is not None else make_pool()
+    )
 
 
-def indices(first_page: int, count: int) -> torch.Tensor:
-    return torch.arange(first_page * PAGE_SIZE, (first_page + count) * PAGE_SIZE, dtype=torch.int64)
-
-
-def page_bytes(pool: HostKVPool, page: int) -> bytes:
-    return bytes(pool.get_data_page(page * PAGE_SIZE).view(torch.uint8).numpy())
+indices = kit.page_indices
+page_bytes = kit.page_bytes
 
 
 # ----------------------------------------------------------------------------- round trips

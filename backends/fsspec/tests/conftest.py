@@ -12,10 +12,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fsspec_support import control, make_pool, s3_client, s3_storage_options, settings
+from fsspec_support import SERVICES, control, s3_storage_options, settings
 from hicache_storage_fsspec import FsspecBackend
 
-from hicache_storage import HostKVPool, make_config
+from hicache_storage import HostKVPool
+from hicache_storage.testing import close_backends, make_backend
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +28,7 @@ def env() -> dict[str, str]:
 def bucket(env: dict[str, str]) -> str:
     control("start", "s3")
     name = f"hc-fs-{secrets.token_hex(4)}"
-    s3_client(env).create_bucket(Bucket=name)  # type: ignore[attr-defined]
+    SERVICES.s3_bucket(name, env)
     return name
 
 
@@ -50,13 +51,8 @@ def open_backend() -> Iterator[Any]:
     opened: list[FsspecBackend] = []
 
     def factory(options: dict[str, Any], pool: HostKVPool | None = None, model: str = "m") -> FsspecBackend:
-        backend = FsspecBackend(make_config(model, extra_config=options))
-        backend.register_mem_pool_host(pool if pool is not None else make_pool())
-        opened.append(backend)
-        return backend
+        opened.append(make_backend(FsspecBackend, options, pool, model=model))
+        return opened[-1]
 
     yield factory
-    for backend in opened:
-        if not backend.closed:
-            backend.clear()
-            backend.close()
+    close_backends(opened)

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import torch
-from fsspec_support import PAGE_SIZE, control, indices, keys_for, make_pool, page_bytes, s3_client, s3_storage_options
+from fsspec_support import SERVICES, control, s3_storage_options
 from hicache_storage_fsspec import FsspecBackend
 
 from hicache_storage import ConfigError, load_backend, make_config
 from hicache_storage.page_format import HEADER_SIZE, encode_record
+from hicache_storage.testing import PAGE_SIZE, make_pool, page_bytes, page_indices, random_keys
 
 FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.01, "breaker_reset_s": 0.05}
 
@@ -23,10 +24,10 @@ FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.
 def test_v1_round_trip_is_byte_exact(location: dict[str, Any], open_backend: Any, layout: str, is_mla: bool) -> None:
     pool = make_pool(layout=layout, is_mla=is_mla)
     backend = open_backend(location, pool)
-    keys = keys_for(5)
+    keys = random_keys(5)
     written = [page_bytes(pool, p) for p in range(5)]
-    assert backend.batch_set_v1(keys, indices(0, 5)) == [True] * 5
-    assert backend.batch_get_v1(keys, indices(8, 5)) == [True] * 5
+    assert backend.batch_set_v1(keys, page_indices(0, 5)) == [True] * 5
+    assert backend.batch_get_v1(keys, page_indices(8, 5)) == [True] * 5
     assert [page_bytes(pool, p) for p in range(8, 13)] == written
     assert backend.batch_exists(keys) == 5
 
@@ -34,7 +35,7 @@ def test_v1_round_trip_is_byte_exact(location: dict[str, Any], open_backend: Any
 def test_v0_partial_hits_delete_and_stored_format(location: dict[str, Any], open_backend: Any) -> None:
     pool = make_pool()
     backend = open_backend(location, pool)
-    keys = keys_for(4)
+    keys = random_keys(4)
     values = [pool.get_data_page(p * PAGE_SIZE) for p in (0, 2)]
     assert backend.batch_set([keys[0], keys[2]], values) is True
     assert backend.batch_exists_each(keys) == [True, False, True, False]
@@ -50,8 +51,8 @@ def test_v0_partial_hits_delete_and_stored_format(location: dict[str, Any], open
 @pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
 def test_damaged_file_is_a_counted_miss(location: dict[str, Any], open_backend: Any, damage: str) -> None:
     backend = open_backend(location)
-    keys = keys_for(2)
-    assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    keys = random_keys(2)
+    assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
     store = backend.raw_store()
     skey = backend.keyspace.storage_key(keys[0])
     record = bytearray(store[skey])
@@ -62,18 +63,18 @@ def test_damaged_file_is_a_counted_miss(location: dict[str, Any], open_backend: 
     else:
         record[:HEADER_SIZE] = b"\xff" * HEADER_SIZE
     store[skey] = bytes(record)
-    assert backend.batch_get_v1(keys, indices(4, 2)) == [False, True]
+    assert backend.batch_get_v1(keys, page_indices(4, 2)) == [False, True]
     assert backend.stats.get("integrity_failures") == 1
     assert backend.batch_exists_each(keys) == [damage != "truncate", True]
 
 
 def test_isolation_and_scoped_clear(location: dict[str, Any], open_backend: Any) -> None:
-    keys = keys_for(3)
+    keys = random_keys(3)
     a = open_backend(location)
     b = open_backend(location, model="other")
-    assert a.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert a.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
     assert b.batch_exists_each(keys) == [False] * 3
-    assert b.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert b.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
     foreign = f"{a.root}/README.txt"
     a.fs.pipe_file(foreign, b"keep")
     a.clear()
@@ -85,8 +86,8 @@ def test_isolation_and_scoped_clear(location: dict[str, Any], open_backend: Any)
 
 def test_local_writes_are_atomic_renames_without_leftovers(tmp_path: Path, open_backend: Any) -> None:
     backend = open_backend({"url": f"file://{tmp_path}/c", "fanout_chars": 0})
-    keys = keys_for(3)
-    assert backend.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    keys = random_keys(3)
+    assert backend.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
     names = sorted(os.listdir(tmp_path / "c"))
     assert names == sorted(backend.keyspace.storage_key(k) for k in keys)
     assert backend._rename and backend._local is not None
@@ -103,23 +104,23 @@ def test_s3fs_stopped_server_gives_bounded_misses_then_recovers(
 ) -> None:
     options = {"url": f"s3://{bucket}/fault", "storage_options": s3_storage_options(env), "resilience": FAST}
     backend = open_backend(options)
-    keys = keys_for(4)
-    assert backend.batch_set_v1(keys[:2], indices(0, 2)) == [True, True]
+    keys = random_keys(4)
+    assert backend.batch_set_v1(keys[:2], page_indices(0, 2)) == [True, True]
     control("stop", "s3")
     try:
         begin = time.monotonic()
         assert backend.batch_exists_each(keys) == [False] * 4
-        assert backend.batch_get_v1(keys[:2], indices(4, 2)) == [False, False]
-        assert backend.batch_set_v1(keys[2:], indices(2, 2)) == [False, False]
+        assert backend.batch_get_v1(keys[:2], page_indices(4, 2)) == [False, False]
+        assert backend.batch_set_v1(keys[2:], page_indices(2, 2)) == [False, False]
         assert time.monotonic() - begin < 10
     finally:
         control("start", "s3")
-        s3_client(env).create_bucket(Bucket=bucket)  # type: ignore[attr-defined]  # moto keeps no state
+        SERVICES.s3_bucket(bucket, env)  # moto keeps no state
     deadline = time.monotonic() + 20
-    while backend.batch_set_v1(keys[2:], indices(2, 2)) != [True, True]:
+    while backend.batch_set_v1(keys[2:], page_indices(2, 2)) != [True, True]:
         assert time.monotonic() < deadline, "backend did not recover after the restart"
         time.sleep(0.1)
-    assert backend.batch_get_v1(keys[2:], indices(6, 2)) == [True, True]
+    assert backend.batch_get_v1(keys[2:], page_indices(6, 2)) == [True, True]
 
 
 def test_credentials_are_redacted(env: dict[str, str], bucket: str) -> None:

@@ -6,12 +6,11 @@ again; memory and local files have no server to stop (those fault tests skip).
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fsspec_support import control, s3_client, s3_storage_options, settings
+from fsspec_support import SERVICES, control, s3_storage_options, settings
 from hicache_storage_conformance import BackendConformance
 
 BUCKET = f"hc-fsconf-{secrets.token_hex(4)}"
@@ -19,8 +18,7 @@ BUCKET = f"hc-fsconf-{secrets.token_hex(4)}"
 
 def ensure_bucket() -> dict[str, str]:
     env = settings()
-    with contextlib.suppress(Exception):  # already there
-        s3_client(env).create_bucket(Bucket=BUCKET)  # type: ignore[attr-defined]
+    SERVICES.s3_bucket(BUCKET, env, exist_ok=True)
     return env
 
 

@@ -13,9 +13,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from hicache_storage_redis import RedisBackend
-from redis_support import control, make_pool, settings
+from redis_support import control, settings
 
-from hicache_storage import HostKVPool, make_config
+from hicache_storage import HostKVPool
+from hicache_storage.testing import close_backends, make_backend
 
 
 @pytest.fixture(scope="session")
@@ -42,13 +43,8 @@ def open_backend() -> Iterator[Any]:
 
     def factory(options: dict[str, Any], pool: HostKVPool | None = None, model: str = "m") -> RedisBackend:
         extra = {"key_prefix": f"t{secrets.token_hex(4)}:", **options}
-        backend = RedisBackend(make_config(model, extra_config=extra))
-        backend.register_mem_pool_host(pool if pool is not None else make_pool())
-        opened.append(backend)
-        return backend
+        opened.append(make_backend(RedisBackend, extra, pool, model=model))
+        return opened[-1]
 
     yield factory
-    for backend in opened:
-        if not backend.closed:
-            backend.clear()
-            backend.close()
+    close_backends(opened)

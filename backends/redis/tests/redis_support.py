@@ -1,72 +1,11 @@
-"""Helpers of the redis backend tests: test servers through scripts/services, pools and keys."""
+"""Helpers of the redis backend tests: the test servers of this checkout (scripts/services)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import secrets
-import subprocess
 from pathlib import Path
 
-import torch
+from hicache_storage.testing import TestServices
 
-from hicache_storage import HostKVPool
-
-REPO = Path(__file__).resolve().parents[3]
-SCRIPTS = REPO / "scripts" / "services"
-PAGE_SIZE = 4
-
-
-def make_pool(layout: str = "page_first", is_mla: bool = False, num_pages: int = 16) -> HostKVPool:
-    pool = HostKVPool(
-        num_pages=num_pages,
-        page_size=PAGE_SIZE,
-        layer_num=3,
-        layout=layout,
-        is_mla=is_mla,
-        head_num=2,
-        head_dim=8,
-        kv_cache_dim=24,
-    )
-    raw = pool.kv_buffer.view(-1).view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(3)))
-    return pool
-
-
-def indices(first_page: int, count: int) -> torch.Tensor:
-    return torch.arange(first_page * PAGE_SIZE, (first_page + count) * PAGE_SIZE, dtype=torch.int64)
-
-
-def page_bytes(pool: HostKVPool, page: int) -> bytes:
-    return bytes(pool.get_data_page(page * PAGE_SIZE).view(torch.uint8).numpy())
-
-
-def keys_for(count: int) -> list[str]:
-    salt = secrets.token_hex(4)
-    return [hashlib.sha256(f"{salt}{i}".encode()).hexdigest() for i in range(count)]
-
-
-def settings() -> dict[str, str]:
-    """The HICACHE_TEST_* connection settings (the environment overrides env.sh's defaults)."""
-    out = subprocess.run(
-        ["bash", str(SCRIPTS / "env.sh"), "--json"], capture_output=True, text=True, check=True, timeout=30
-    )
-    return json.loads(out.stdout)
-
-
-def control(action: str, *names: str, attempts: int = 3) -> None:
-    """``start.sh``/``stop.sh`` NAME...; a failed start is tried again (up to ``attempts`` times)."""
-    for attempt in range(attempts):
-        done = subprocess.run(
-            ["bash", str(SCRIPTS / f"{action}.sh"), *names],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            env=dict(os.environ),
-        )
-        if done.returncode == 0:
-            return
-        if action != "start" or attempt == attempts - 1:
-            raise RuntimeError(f"{action}.sh {' '.join(names)} failed:\n{done.stdout}\n{done.stderr}")
+SERVICES = TestServices(Path(__file__).resolve().parents[3])
+settings = SERVICES.settings
+control = SERVICES.control

@@ -13,10 +13,11 @@ import pytest
 import redis
 import torch
 from hicache_storage_redis import RedisBackend
-from redis_support import PAGE_SIZE, control, indices, keys_for, make_pool, page_bytes
+from redis_support import control
 
 from hicache_storage import ConfigError, HostKVPool, load_backend, make_config
 from hicache_storage.page_format import HEADER_SIZE, encode_record
+from hicache_storage.testing import PAGE_SIZE, make_pool, page_bytes, page_indices, random_keys
 
 FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.01, "breaker_reset_s": 0.05}
 
@@ -73,10 +74,10 @@ def guarded_server() -> Iterator[dict[str, Any]]:
 def test_v1_round_trip_is_byte_exact(redis_url: str, open_backend: Any, layout: str, is_mla: bool) -> None:
     pool = make_pool(layout=layout, is_mla=is_mla)
     backend = open_backend({"url": redis_url}, pool)
-    keys = keys_for(5)
+    keys = random_keys(5)
     written = [page_bytes(pool, p) for p in range(5)]
-    assert backend.batch_set_v1(keys, indices(0, 5)) == [True] * 5
-    assert backend.batch_get_v1(keys, indices(8, 5)) == [True] * 5
+    assert backend.batch_set_v1(keys, page_indices(0, 5)) == [True] * 5
+    assert backend.batch_get_v1(keys, page_indices(8, 5)) == [True] * 5
     assert [page_bytes(pool, p) for p in range(8, 13)] == written
     assert backend.batch_exists(keys) == 5
 
@@ -84,10 +85,10 @@ def test_v1_round_trip_is_byte_exact(redis_url: str, open_backend: Any, layout: 
 def test_v0_and_v1_interoperate_and_pipelines_are_chunked(redis_url: str, open_backend: Any) -> None:
     pool = make_pool()
     backend = open_backend({"url": redis_url, "pipeline_pages": 3}, pool)
-    keys = keys_for(7)
+    keys = random_keys(7)
     values = [pool.get_data_page(p * PAGE_SIZE) for p in range(7)]
     assert backend.batch_set(keys, values) is True
-    assert backend.batch_get_v1(keys, indices(8, 7)) == [True] * 7
+    assert backend.batch_get_v1(keys, page_indices(8, 7)) == [True] * 7
     assert [page_bytes(pool, p) for p in range(8, 15)] == [bytes(v.view(torch.uint8).numpy()) for v in values]
     got = backend.batch_get(keys)
     assert [bytes(t.view(torch.uint8).numpy()) for t in got] == [bytes(v.view(torch.uint8).numpy()) for v in values]
@@ -95,18 +96,18 @@ def test_v0_and_v1_interoperate_and_pipelines_are_chunked(redis_url: str, open_b
 
 def test_partial_hits_and_misses(redis_url: str, open_backend: Any) -> None:
     backend = open_backend({"url": redis_url})
-    keys = keys_for(4)
-    assert backend.batch_set_v1([keys[0], keys[2]], indices(0, 2)) == [True, True]
+    keys = random_keys(4)
+    assert backend.batch_set_v1([keys[0], keys[2]], page_indices(0, 2)) == [True, True]
     assert backend.batch_exists_each(keys) == [True, False, True, False]
     assert backend.batch_exists(keys) == 1
-    assert backend.batch_get_v1(keys, indices(4, 4)) == [True, False, True, False]
+    assert backend.batch_get_v1(keys, page_indices(4, 4)) == [True, False, True, False]
 
 
 def test_one_set_stores_header_and_payload(redis_url: str, open_backend: Any) -> None:
     pool = make_pool()
     backend = open_backend({"url": redis_url, "ttl_s": 30}, pool)
-    (key,) = keys_for(1)
-    assert backend.batch_set_v1([key], indices(0, 1)) == [True]
+    (key,) = random_keys(1)
+    assert backend.batch_set_v1([key], page_indices(0, 1)) == [True]
     skey = backend.keyspace.storage_key(key)
     stored = backend.raw_store()[skey]
     assert stored == encode_record([memoryview(page_bytes(pool, 0))])
@@ -116,23 +117,23 @@ def test_one_set_stores_header_and_payload(redis_url: str, open_backend: Any) ->
 
 def test_ttl_expiry_is_a_miss(redis_url: str, open_backend: Any) -> None:
     backend = open_backend({"url": redis_url, "ttl_s": 0.2})
-    keys = keys_for(2)
-    assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    keys = random_keys(2)
+    assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
     time.sleep(0.4)
     assert backend.batch_exists_each(keys) == [False, False]
-    assert backend.batch_get_v1(keys, indices(2, 2)) == [False, False]
+    assert backend.batch_get_v1(keys, page_indices(2, 2)) == [False, False]
 
 
 # ----------------------------------------------------------------------------- isolation, clear, delete
 def test_prefixes_and_models_are_isolated_and_clear_is_scoped(redis_url: str, open_backend: Any) -> None:
-    keys = keys_for(3)
+    keys = random_keys(3)
     a = open_backend({"url": redis_url})
     b = open_backend({"url": redis_url})
     other_model = open_backend({"url": redis_url, "key_prefix": a.key_prefix}, model="other")
-    assert a.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert a.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
     assert b.batch_exists_each(keys) == [False] * 3
     assert other_model.batch_exists_each(keys) == [False] * 3
-    assert b.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert b.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
     foreign = redis.Redis.from_url(redis_url)
     foreign.set("unrelated-key", b"keep")
     a.clear()
@@ -145,8 +146,8 @@ def test_prefixes_and_models_are_isolated_and_clear_is_scoped(redis_url: str, op
 
 def test_delete_removes_pages(redis_url: str, open_backend: Any) -> None:
     backend = open_backend({"url": redis_url})
-    keys = keys_for(3)
-    backend.batch_set_v1(keys, indices(0, 3))
+    keys = random_keys(3)
+    backend.batch_set_v1(keys, page_indices(0, 3))
     assert backend.delete(keys[:2]) == [True, True]
     assert backend.batch_exists_each(keys) == [False, False, True]
 
@@ -156,8 +157,8 @@ def test_delete_removes_pages(redis_url: str, open_backend: Any) -> None:
 def test_damaged_record_is_a_counted_miss(redis_url: str, open_backend: Any, damage: str) -> None:
     pool = make_pool()
     backend = open_backend({"url": redis_url}, pool)
-    keys = keys_for(2)
-    assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    keys = random_keys(2)
+    assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
     store = backend.raw_store()
     skey = backend.keyspace.storage_key(keys[0])
     record = bytearray(store[skey])
@@ -170,7 +171,7 @@ def test_damaged_record_is_a_counted_miss(redis_url: str, open_backend: Any, dam
     else:
         record[:HEADER_SIZE] = bytes(HEADER_SIZE)
     store[skey] = bytes(record)
-    assert backend.batch_get_v1(keys, indices(4, 2)) == [False, True]
+    assert backend.batch_get_v1(keys, page_indices(4, 2)) == [False, True]
     assert page_bytes(pool, 5) == page_bytes(pool, 1)
     assert backend.stats.get("integrity_failures") == 1
     assert backend.batch_exists_each(keys) == [damage == "flip" or damage == "garbage", True]
@@ -180,12 +181,12 @@ def test_damaged_record_is_a_counted_miss(redis_url: str, open_backend: Any, dam
 def test_cluster_round_trip_spans_every_node_and_clear_reaches_all(cluster_nodes: list[str], open_backend: Any) -> None:
     pool = make_pool(num_pages=64)
     backend = open_backend({"cluster": True, "nodes": cluster_nodes, "pipeline_pages": 8}, pool)
-    keys = keys_for(30)
-    assert backend.batch_set_v1(keys, indices(0, 30)) == [True] * 30
+    keys = random_keys(30)
+    assert backend.batch_set_v1(keys, page_indices(0, 30)) == [True] * 30
     client = backend.client()
     owners = {client.get_node_from_key(backend.redis_key(backend.keyspace.storage_key(k))).name for k in keys}
     assert len(owners) == len(cluster_nodes)
-    assert backend.batch_get_v1(keys, indices(32, 30)) == [True] * 30
+    assert backend.batch_get_v1(keys, page_indices(32, 30)) == [True] * 30
     assert [page_bytes(pool, p) for p in range(32, 62)] == [page_bytes(pool, p) for p in range(30)]
     assert backend.batch_exists(keys) == 30
     assert len(backend.raw_store()) == 30
@@ -195,7 +196,7 @@ def test_cluster_round_trip_spans_every_node_and_clear_reaches_all(cluster_nodes
 
 def test_cluster_write_after_redirect_falls_back(cluster_nodes: list[str], open_backend: Any) -> None:
     backend = open_backend({"cluster": True, "nodes": cluster_nodes})
-    keys = keys_for(6)
+    keys = random_keys(6)
     client = backend.client()
     # Point every slot of the first key's node at the wrong node: the first SETs get MOVED replies.
     rkey = backend.redis_key(backend.keyspace.storage_key(keys[0]))
@@ -203,20 +204,20 @@ def test_cluster_write_after_redirect_falls_back(cluster_nodes: list[str], open_
     wrong = next(n for n in client.get_primaries() if n.name != right.name)
     slot = client.keyslot(rkey)
     client.nodes_manager.slots_cache[slot] = [wrong]
-    assert backend.batch_set_v1(keys, indices(0, 6)) == [True] * 6
+    assert backend.batch_set_v1(keys, page_indices(0, 6)) == [True] * 6
     assert backend.stats.get("redirected_writes") >= 1
-    assert backend.batch_get_v1(keys, indices(6, 6)) == [True] * 6
+    assert backend.batch_get_v1(keys, page_indices(6, 6)) == [True] * 6
 
 
 # ----------------------------------------------------------------------------- AUTH, eviction
 def test_password_auth_works_and_never_leaks(guarded_server: dict[str, Any], open_backend: Any) -> None:
     port, password = guarded_server["port"], guarded_server["password"]
     good = open_backend({"host": "127.0.0.1", "port": port, "password": password})
-    keys = keys_for(2)
-    assert good.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    keys = random_keys(2)
+    assert good.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
     wrong = open_backend({"url": f"redis://:not-{password}@127.0.0.1:{port}/0", "resilience": FAST})
     assert wrong.batch_exists_each(keys) == [False, False]
-    assert wrong.batch_set_v1(keys, indices(0, 2)) == [False, False]
+    assert wrong.batch_set_v1(keys, page_indices(0, 2)) == [False, False]
     for backend in (good, wrong):
         shown = repr(backend) + repr(backend.options) + str(backend.get_stats())
         assert password not in shown
@@ -230,7 +231,7 @@ def test_maxmemory_eviction_gives_misses_never_wrong_bytes(guarded_server: dict[
     raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(9)))
     opts = {"host": "127.0.0.1", "port": guarded_server["port"], "password": guarded_server["password"]}
     backend = open_backend(opts, pool)
-    keys = keys_for(24)
+    keys = random_keys(24)
     host = [torch.arange(p * 16, (p + 1) * 16) for p in range(48)]
     for begin in range(0, 24, 4):
         written = backend.batch_set_v1(keys[begin : begin + 4], torch.cat(host[begin : begin + 4]))
@@ -252,11 +253,11 @@ def test_construction_with_server_down_then_bounded_misses() -> None:
     config = make_config("m", extra_config={"host": "127.0.0.1", "port": free_port(), "resilience": FAST})
     backend = RedisBackend(config)
     backend.register_mem_pool_host(make_pool())
-    keys = keys_for(3)
+    keys = random_keys(3)
     begin = time.monotonic()
     assert backend.batch_exists(keys) == 0
-    assert backend.batch_set_v1(keys, indices(0, 3)) == [False] * 3
-    assert backend.batch_get_v1(keys, indices(4, 3)) == [False] * 3
+    assert backend.batch_set_v1(keys, page_indices(0, 3)) == [False] * 3
+    assert backend.batch_get_v1(keys, page_indices(4, 3)) == [False] * 3
     assert time.monotonic() - begin < 5
     assert backend.get_stats()["faults"] >= 1
     backend.close()
@@ -268,22 +269,22 @@ def test_server_stopped_then_restarted(
 ) -> None:
     options = {"url": redis_url} if service == "redis" else {"cluster": True, "nodes": cluster_nodes}
     backend = open_backend({**options, "resilience": FAST})
-    keys = keys_for(4)
-    assert backend.batch_set_v1(keys[:2], indices(0, 2)) == [True, True]
+    keys = random_keys(4)
+    assert backend.batch_set_v1(keys[:2], page_indices(0, 2)) == [True, True]
     control("stop", service)
     try:
         begin = time.monotonic()
         assert backend.batch_exists_each(keys) == [False] * 4
-        assert backend.batch_get_v1(keys[:2], indices(4, 2)) == [False, False]
-        assert backend.batch_set_v1(keys[2:], indices(2, 2)) == [False, False]
+        assert backend.batch_get_v1(keys[:2], page_indices(4, 2)) == [False, False]
+        assert backend.batch_set_v1(keys[2:], page_indices(2, 2)) == [False, False]
         assert time.monotonic() - begin < 10
     finally:
         control("start", service)
     deadline = time.monotonic() + 20
-    while backend.batch_set_v1(keys[2:], indices(2, 2)) != [True, True]:
+    while backend.batch_set_v1(keys[2:], page_indices(2, 2)) != [True, True]:
         assert time.monotonic() < deadline, "backend did not recover after the restart"
         time.sleep(0.1)
-    assert backend.batch_get_v1(keys[2:], indices(6, 2)) == [True, True]
+    assert backend.batch_get_v1(keys[2:], page_indices(6, 2)) == [True, True]
 
 
 # ----------------------------------------------------------------------------- options

@@ -13,9 +13,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from hicache_storage_s3 import S3Backend
-from s3_support import control, make_pool, s3_client, s3_options, settings
+from s3_support import SERVICES, control, s3_options, settings
 
-from hicache_storage import HostKVPool, make_config
+from hicache_storage import HostKVPool
+from hicache_storage.testing import close_backends, make_backend
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +29,7 @@ def bucket(env: dict[str, str]) -> str:
     """A fresh bucket on the test server (the server keeps no state across restarts)."""
     control("start", "s3")
     name = f"hc-test-{secrets.token_hex(4)}"
-    s3_client(env).create_bucket(Bucket=name)  # type: ignore[attr-defined]
+    SERVICES.s3_bucket(name, env)
     return name
 
 
@@ -39,13 +40,8 @@ def open_backend(env: dict[str, str], bucket: str) -> Iterator[Any]:
 
     def factory(options: dict[str, Any] | None = None, pool: HostKVPool | None = None, model: str = "m") -> S3Backend:
         extra = {**s3_options(env, bucket), "prefix": f"t{secrets.token_hex(4)}", **(options or {})}
-        backend = S3Backend(make_config(model, extra_config=extra))
-        backend.register_mem_pool_host(pool if pool is not None else make_pool())
-        opened.append(backend)
-        return backend
+        opened.append(make_backend(S3Backend, extra, pool, model=model))
+        return opened[-1]
 
     yield factory
-    for backend in opened:
-        if not backend.closed:
-            backend.clear()
-            backend.close()
+    close_backends(opened)

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 import torch
 from hicache_storage_s3 import S3Backend
-from s3_support import PAGE_SIZE, control, indices, keys_for, make_pool, page_bytes, s3_client, s3_options
+from s3_support import SERVICES, control, s3_client, s3_options
 
 from hicache_storage import ConfigError, load_backend, make_config
 from hicache_storage.page_format import HEADER_SIZE, encode_record
+from hicache_storage.testing import PAGE_SIZE, make_pool, page_bytes, page_indices, random_keys
 
 FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.01, "breaker_reset_s": 0.05}
 
@@ -22,10 +23,10 @@ FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.
 def test_v1_round_trip_is_byte_exact(open_backend: Any, layout: str, is_mla: bool) -> None:
     pool = make_pool(layout=layout, is_mla=is_mla)
     backend = open_backend(pool=pool)
-    keys = keys_for(5)
+    keys = random_keys(5)
     written = [page_bytes(pool, p) for p in range(5)]
-    assert backend.batch_set_v1(keys, indices(0, 5)) == [True] * 5
-    assert backend.batch_get_v1(keys, indices(8, 5)) == [True] * 5
+    assert backend.batch_set_v1(keys, page_indices(0, 5)) == [True] * 5
+    assert backend.batch_get_v1(keys, page_indices(8, 5)) == [True] * 5
     assert [page_bytes(pool, p) for p in range(8, 13)] == written
     assert backend.batch_exists(keys) == 5
 
@@ -33,7 +34,7 @@ def test_v1_round_trip_is_byte_exact(open_backend: Any, layout: str, is_mla: boo
 def test_v0_round_trip_and_partial_hits(open_backend: Any) -> None:
     pool = make_pool()
     backend = open_backend({"max_workers": 2}, pool)
-    keys = keys_for(4)
+    keys = random_keys(4)
     values = [pool.get_data_page(p * PAGE_SIZE) for p in (0, 2)]
     assert backend.batch_set([keys[0], keys[2]], values) is True
     assert backend.batch_exists_each(keys) == [True, False, True, False]
@@ -45,8 +46,8 @@ def test_v0_round_trip_and_partial_hits(open_backend: Any) -> None:
 def test_object_layout_is_fanned_out_record(env: dict[str, str], open_backend: Any, bucket: str) -> None:
     pool = make_pool()
     backend = open_backend({"fanout_chars": 3}, pool)
-    (key,) = keys_for(1)
-    assert backend.batch_set_v1([key], indices(0, 1)) == [True]
+    (key,) = random_keys(1)
+    assert backend.batch_set_v1([key], page_indices(0, 1)) == [True]
     skey = backend.keyspace.storage_key(key)
     name = backend.object_key(skey)
     prefix, fan, leaf = name.split("/")
@@ -59,8 +60,8 @@ def test_object_layout_is_fanned_out_record(env: dict[str, str], open_backend: A
 def test_damaged_object_is_a_counted_miss(open_backend: Any, damage: str) -> None:
     pool = make_pool()
     backend = open_backend(pool=pool)
-    keys = keys_for(2)
-    assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    keys = random_keys(2)
+    assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
     store = backend.raw_store()
     skey = backend.keyspace.storage_key(keys[0])
     record = bytearray(store[skey])
@@ -71,19 +72,19 @@ def test_damaged_object_is_a_counted_miss(open_backend: Any, damage: str) -> Non
     else:
         record[:HEADER_SIZE] = b"\x00" * HEADER_SIZE
     store[skey] = bytes(record)
-    assert backend.batch_get_v1(keys, indices(4, 2)) == [False, True]
+    assert backend.batch_get_v1(keys, page_indices(4, 2)) == [False, True]
     assert backend.stats.get("integrity_failures") == 1
     assert backend.batch_exists_each(keys) == [damage != "truncate", True]
 
 
 def test_isolation_clear_and_delete(env: dict[str, str], open_backend: Any, bucket: str) -> None:
-    keys = keys_for(3)
+    keys = random_keys(3)
     a, b = open_backend(), open_backend()
     other_model = open_backend({"prefix": a.root}, model="other")
-    assert a.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert a.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
     assert b.batch_exists_each(keys) == [False] * 3
     assert other_model.batch_exists_each(keys) == [False] * 3
-    assert b.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert b.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
     raw = s3_client(env)
     raw.put_object(Bucket=bucket, Key=f"{a.root}/notes.txt", Body=b"keep")  # type: ignore[attr-defined]
     assert a.delete(keys[:1]) == [True]
@@ -115,11 +116,11 @@ def test_unreachable_endpoint_does_not_fail_construction() -> None:
     }
     backend = S3Backend(make_config("m", extra_config=options))
     backend.register_mem_pool_host(make_pool())
-    keys = keys_for(2)
+    keys = random_keys(2)
     begin = time.monotonic()
     assert backend.batch_exists_each(keys) == [False, False]
-    assert backend.batch_set_v1(keys, indices(0, 2)) == [False, False]
-    assert backend.batch_get_v1(keys, indices(2, 2)) == [False, False]
+    assert backend.batch_set_v1(keys, page_indices(0, 2)) == [False, False]
+    assert backend.batch_get_v1(keys, page_indices(2, 2)) == [False, False]
     assert time.monotonic() - begin < 5
     shown = repr(backend) + str(backend.get_stats())
     assert "s3cr3t-value-do-not-show" not in shown and "AKIDEXAMPLE" not in shown
@@ -129,23 +130,23 @@ def test_unreachable_endpoint_does_not_fail_construction() -> None:
 
 def test_server_stopped_then_restarted(env: dict[str, str], open_backend: Any, bucket: str) -> None:
     backend = open_backend({"resilience": FAST})
-    keys = keys_for(4)
-    assert backend.batch_set_v1(keys[:2], indices(0, 2)) == [True, True]
+    keys = random_keys(4)
+    assert backend.batch_set_v1(keys[:2], page_indices(0, 2)) == [True, True]
     control("stop", "s3")
     try:
         begin = time.monotonic()
         assert backend.batch_exists_each(keys) == [False] * 4
-        assert backend.batch_get_v1(keys[:2], indices(4, 2)) == [False, False]
-        assert backend.batch_set_v1(keys[2:], indices(2, 2)) == [False, False]
+        assert backend.batch_get_v1(keys[:2], page_indices(4, 2)) == [False, False]
+        assert backend.batch_set_v1(keys[2:], page_indices(2, 2)) == [False, False]
         assert time.monotonic() - begin < 10
     finally:
         control("start", "s3")
-        s3_client(env).create_bucket(Bucket=bucket)  # type: ignore[attr-defined]  # moto keeps no state
+        SERVICES.s3_bucket(bucket, env)  # moto keeps no state
     deadline = time.monotonic() + 20
-    while backend.batch_set_v1(keys[2:], indices(2, 2)) != [True, True]:
+    while backend.batch_set_v1(keys[2:], page_indices(2, 2)) != [True, True]:
         assert time.monotonic() < deadline, "backend did not recover after the restart"
         time.sleep(0.1)
-    assert backend.batch_get_v1(keys[2:], indices(6, 2)) == [True, True]
+    assert backend.batch_get_v1(keys[2:], page_indices(6, 2)) == [True, True]
 
 
 @pytest.mark.parametrize(

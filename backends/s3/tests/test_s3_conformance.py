@@ -6,21 +6,19 @@ server keeps no state, so the bucket is created again after the restart.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from pathlib import Path
 from typing import Any
 
 from hicache_storage_conformance import BackendConformance
-from s3_support import control, s3_client, s3_options, settings
+from s3_support import SERVICES, control, s3_options, settings
 
 BUCKET = f"hc-conf-{secrets.token_hex(4)}"
 
 
 def ensure_bucket() -> dict[str, str]:
     env = settings()
-    with contextlib.suppress(Exception):  # already there
-        s3_client(env).create_bucket(Bucket=BUCKET)  # type: ignore[attr-defined]
+    SERVICES.s3_bucket(BUCKET, env, exist_ok=True)
     return env
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 import uuid
@@ -13,6 +12,7 @@ import torch
 from hicache_storage_sim import SimBackend
 
 from hicache_storage import BackendFault, ConfigError, HostKVPool, load_backend, make_config
+from hicache_storage import testing as kit
 from hicache_storage.page_format import HEADER_SIZE, PageRecordError, parse_header
 
 LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
@@ -22,40 +22,22 @@ MiB = 1 << 20
 
 
 def keys_for(count: int, salt: str = "") -> list[str]:
-    return [hashlib.sha256(f"{salt}{i}".encode()).hexdigest() for i in range(count)]
+    """The same ``count`` and ``salt`` give the same keys."""
+    return kit.random_keys(count, salt)
 
 
 def make_pool(
     *, is_mla: bool = False, layout: str = "page_first", dtype: str = "bfloat16", num_pages: int = 8
 ) -> HostKVPool:
-    pool = HostKVPool(
-        num_pages=num_pages,
-        page_size=PAGE_SIZE,
-        layer_num=3,
-        dtype=dtype,
-        layout=layout,
-        is_mla=is_mla,
-        head_num=2,
-        head_dim=8,
-        kv_cache_dim=24,
-    )
-    raw = pool.kv_buffer.view(-1).view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(3)))
-    return pool
+    return kit.make_pool(layout, is_mla, num_pages, dtype=dtype)
 
 
 def make_backend(pool: HostKVPool | None = None, **options: Any) -> SimBackend:
-    backend = SimBackend(make_config("m", extra_config={"resilience": False, **options}))
-    backend.register_mem_pool_host(pool if pool is not None else make_pool())
-    return backend
+    return kit.make_backend(SimBackend, {"resilience": False, **options}, pool if pool is not None else make_pool())
 
 
-def indices(first_page: int, count: int) -> torch.Tensor:
-    return torch.arange(first_page * PAGE_SIZE, (first_page + count) * PAGE_SIZE, dtype=torch.int64)
-
-
-def page_bytes(pool: HostKVPool, page: int) -> bytes:
-    return bytes(pool.get_data_page(page * PAGE_SIZE).view(torch.uint8).numpy())
+indices = kit.page_indices
+page_bytes = kit.page_bytes
 
 
 @pytest.fixture
