@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidRequestError
 from .device_pool import tokens_to_pages
-from .parts import StageParts
+from .parts import Stage, StageParts
 from .types import BackupDecision, BackupResult, Span
 
 __all__ = ["BackupStage"]
@@ -26,7 +26,7 @@ class _Intent:
         return len(self.device_pages)
 
 
-class BackupStage:
+class BackupStage(Stage):
     """Admits spans through the gates (existence belief, parent coverage, backlog cap, oversize) and
     writes admitted ones in FIFO order within each tick's write budget.
 
@@ -35,17 +35,8 @@ class BackupStage:
     """
 
     def __init__(self, parts: StageParts) -> None:
-        self.config = parts.config
-        self.device_pool = device_pool = parts.device_pool
-        self.staging = parts.staging
-        self.copier = parts.copier
-        self.storage = parts.storage
-        self.existence = parts.existence
-        self.metrics = parts.metrics
-        self.clock = parts.clock
-        self.log = parts.log
-        self.page_size = device_pool.page_size
-        self.page_bytes = device_pool.bytes_per_page
+        super().__init__(parts)
+        device_pool = self.device_pool
         self.cap_tokens = self.config.backlog_cap_for(device_pool.size)
         host_tokens = self.staging.pool.size
         #: Most tokens one tick may stage: what the staging pool could ever hold for writes.

@@ -14,7 +14,7 @@ from .metrics import PipelineMetrics
 from .staging import HostStaging
 from .storage_calls import StorageCalls
 
-__all__ = ["StageParts"]
+__all__ = ["Stage", "StageParts"]
 
 
 @dataclass(frozen=True)
@@ -30,3 +30,20 @@ class StageParts:
     metrics: PipelineMetrics
     clock: Callable[[], float]
     log: Callable[..., Any]
+
+
+class Stage:
+    """Base of the backup and prefetch stages: unpacks the shared parts into attributes."""
+
+    def __init__(self, parts: StageParts) -> None:
+        self.config = parts.config
+        self.device_pool = parts.device_pool
+        self.staging = parts.staging
+        self.copier = parts.copier
+        self.storage = parts.storage
+        self.existence = parts.existence
+        self.metrics = parts.metrics
+        self.clock = parts.clock
+        self.log = parts.log
+        self.page_size = parts.device_pool.page_size
+        self.page_bytes = parts.device_pool.bytes_per_page

@@ -10,7 +10,7 @@ import torch
 from ..errors import InvalidRequestError
 from .buffer_cache import BufferPageCache
 from .copy_engine import CopyHandle
-from .parts import StageParts
+from .parts import Stage, StageParts
 from .types import Admission, PrefetchRequest, PrefetchState, PrefetchStatus
 
 __all__ = ["PrefetchStage"]
@@ -44,7 +44,7 @@ class _Copy:
     owner: tuple[str, str]
 
 
-class PrefetchStage:
+class PrefetchStage(Stage):
     """Prefetches move QUERYING → (PARKED →) STAGED → ADMITTED, or end as MISS, ABORTED, TIMED_OUT.
 
     Host pages are allocated exactly to the hit; a request that cannot get them is parked, and
@@ -54,17 +54,7 @@ class PrefetchStage:
     """
 
     def __init__(self, parts: StageParts) -> None:
-        self.config = parts.config
-        self.device_pool = device_pool = parts.device_pool
-        self.staging = parts.staging
-        self.copier = parts.copier
-        self.storage = parts.storage
-        self.existence = parts.existence
-        self.metrics = parts.metrics
-        self.clock = parts.clock
-        self.log = parts.log
-        self.page_size = device_pool.page_size
-        self.page_bytes = device_pool.bytes_per_page
+        super().__init__(parts)
         self.retained: BufferPageCache | None = self.staging.retained
         self.active: dict[str, _Load] = {}
         self.new: deque[_Load] = deque()

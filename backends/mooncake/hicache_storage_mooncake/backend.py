@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -256,13 +256,23 @@ class MooncakeBackend(HiCacheStorage):
         return out
 
     def _write_once(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+        return self._by_slab(keys, pages, self._write_direct, self._write_staged)
+
+    def _by_slab(
+        self,
+        keys: Sequence[str],
+        pages: Sequence[PageBuffers],
+        direct_op: Callable[[list[str], list[PageBuffers], list[list[int]], list[list[int]]], list[bool]],
+        staged_op: Callable[[list[str], Sequence[PageBuffers], list[int], list[bool]], None],
+    ) -> list[bool]:
+        """Run ``direct_op`` on pool pages one header slab at a time, ``staged_op`` on the others."""
         out = [False] * len(keys)
         mkeys = [self.mooncake_key(key) for key in keys]
         direct, ptrs, sizes, staged = self._plan(pages)
         step = self._arena().per_slab
-        for begin in range(0, len(direct), step):  # one header slab per chunk
+        for begin in range(0, len(direct), step):
             chunk = direct[begin : begin + step]
-            done = self._write_direct(
+            done = direct_op(
                 [mkeys[i] for i in chunk],
                 [pages[i] for i in chunk],
                 ptrs[begin : begin + step],
@@ -271,7 +281,7 @@ class MooncakeBackend(HiCacheStorage):
             for index, ok in zip(chunk, done, strict=True):
                 out[index] = ok
         if staged:
-            self._write_staged(mkeys, pages, staged, out)
+            staged_op(mkeys, pages, staged, out)
         return out
 
     def _write_direct(
@@ -338,23 +348,7 @@ class MooncakeBackend(HiCacheStorage):
                     out[index] = code == 0
 
     def _read_once(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
-        out = [False] * len(keys)
-        mkeys = [self.mooncake_key(key) for key in keys]
-        direct, ptrs, sizes, staged = self._plan(pages)
-        step = self._arena().per_slab
-        for begin in range(0, len(direct), step):  # one header slab per chunk
-            chunk = direct[begin : begin + step]
-            done = self._read_direct(
-                [mkeys[i] for i in chunk],
-                [pages[i] for i in chunk],
-                ptrs[begin : begin + step],
-                sizes[begin : begin + step],
-            )
-            for index, ok in zip(chunk, done, strict=True):
-                out[index] = ok
-        if staged:
-            self._read_staged(mkeys, pages, staged, out)
-        return out
+        return self._by_slab(keys, pages, self._read_direct, self._read_staged)
 
     def _read_direct(
         self, names: list[str], pages: list[PageBuffers], ptrs: list[list[int]], sizes: list[list[int]]
