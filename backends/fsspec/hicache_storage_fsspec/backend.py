@@ -1,9 +1,10 @@
 """The fsspec backend: one file per page (record header + payload) on any fsspec filesystem.
 
-Pages live at ``<root>/<fan-out>/<storage key>``. Batches use fsspec's batched calls (``cat`` and
-``pipe`` with lists/dicts), which async filesystems (s3fs, gcsfs, http) run concurrently, up to
-``concurrency`` requests at once. A page becomes visible whole: local disks write a temp file and
-rename it; object stores and the memory filesystem store a value in one put. Reads verify the record
+Pages live at ``<root>/<fan-out>/<storage key>``. On async filesystems (s3fs, gcsfs, http) a
+batch runs as concurrent per-page requests on the filesystem's loop, up to ``concurrency`` at
+once; a record is built just before its request and checked as soon as its reply arrives. A page
+becomes visible whole: local disks write a temp file and rename it; object stores and the memory
+filesystem store a value in one put. Reads verify the record
 (magic, length, XXH3-64); a bad record is a miss counted as ``integrity_failures``.
 """
 
@@ -107,18 +108,19 @@ class FsspecBackend(HiCacheStorage):
             raise InvalidRequestError("register_mem_pool_host(pool) must be called before storage calls")
         return HEADER_SIZE + self.keyspace.page_bytes
 
-    def _gather(self, make: Callable[[str], Awaitable[Any]], paths: list[str]) -> list[Any]:
-        """Run ``make(path)`` for every path on the filesystem's loop; results or exceptions, in order."""
+    def _gather(self, make: Callable[[Any], Awaitable[Any]], items: Sequence[Any]) -> list[Any]:
+        """Run ``make(item)`` for every item on the filesystem's loop, at most ``concurrency`` at
+        once (``make`` is called only when a slot is free); results or exceptions, in order."""
         limit = self.options.concurrency
 
         async def run() -> list[Any]:
             gate = asyncio.Semaphore(limit)
 
-            async def one(path: str) -> Any:
+            async def one(item: Any) -> Any:
                 async with gate:
-                    return await make(path)
+                    return await make(item)
 
-            return await asyncio.gather(*(one(path) for path in paths), return_exceptions=True)
+            return await asyncio.gather(*(one(item) for item in items), return_exceptions=True)
 
         return list(sync(self.fs.loop, run, timeout=None))
 
@@ -141,17 +143,34 @@ class FsspecBackend(HiCacheStorage):
             for path, page in zip(paths, pages, strict=True):
                 self._local.write(path, page)
             return [True] * len(keys)
-        records = {path: encode_record(page) for path, page in zip(paths, pages, strict=True)}
         if self._rename:
-            for path, record in records.items():
+            for path, page in zip(paths, pages, strict=True):
+                record = encode_record(page)
                 temp = f"{path}.{xxhash.xxh3_64_hexdigest(record)}{TEMP_SUFFIX}"
                 self.fs.pipe_file(temp, record)
                 self.fs.mv(temp, path)
         elif self._async:
-            self.fs.pipe(records, batch_size=self.options.concurrency)
+            # Each record is built only when a request slot is free: while one page is joined and
+            # checksummed, the others are on the wire, and at most `concurrency` records exist.
+            pipe_file = self.fs._pipe_file
+
+            async def put(item: tuple[str, list[memoryview]]) -> Any:
+                return await pipe_file(item[0], encode_record(item[1]))
+
+            return self._settle_writes(self._gather(put, list(zip(paths, pages, strict=True))))
         else:
-            self.fs.pipe(records)
+            for path, page in zip(paths, pages, strict=True):
+                self.fs.pipe_file(path, encode_record(page))
         return [True] * len(keys)
+
+    def _settle_writes(self, outcomes: list[Any]) -> list[bool]:
+        """Per-page write results: a failed put is ``False``; if every put failed, the first fault is raised."""
+        faults = [item for item in outcomes if isinstance(item, BaseException)]
+        if faults and len(faults) == len(outcomes):
+            raise faults[0]
+        if faults:
+            self.stats.bump("key_faults", len(faults))
+        return [not isinstance(item, BaseException) for item in outcomes]
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
         want = self._record_bytes()
@@ -160,9 +179,17 @@ class FsspecBackend(HiCacheStorage):
             found = [self._local.read(path, page) for path, page in zip(paths, pages, strict=True)]
             return [self._count_bad(item is not False) and item is True for item in found]
         if self._async:
-            data = self.fs.cat(paths, on_error="return", batch_size=self.options.concurrency)
-        else:
-            data = self.fs.cat(paths, on_error="return")
+            # Each record is checked and scattered into its page as soon as it arrives, while the
+            # other requests are still in flight.
+            cat_file = self.fs._cat_file
+
+            async def fetch(item: tuple[str, list[memoryview]]) -> bool:
+                value = await cat_file(item[0])
+                return len(value) == want and decode_into(value, item[1])
+
+            outcomes = self._gather(fetch, list(zip(paths, pages, strict=True)))
+            return self._settle(outcomes, self._count_bad)
+        data = self.fs.cat(paths, on_error="return")
         outcomes = [data.get(path, FileNotFoundError(path)) for path in paths]
         hits = self._settle(outcomes, lambda _value: True)
         return [

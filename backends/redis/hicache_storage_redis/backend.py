@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 from redis.exceptions import ResponseError
 
 from hicache_storage import Capabilities, HiCacheStorage, HiCacheStorageConfig, InvalidRequestError
-from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
+from hicache_storage.page_format import HEADER_SIZE, PageRecordError, decode_into, encode_record, parse_header
 
 from .client import build_client
 from .options import RedisOptions, check_secret_types
 from .raw_store import RedisRawStore, glob_escape
-from .wire import send_sets
+from .wire import Filled, get_pages, set_pages
 
 __all__ = ["DEFAULT_TIMEOUT_S", "RedisBackend"]
 
@@ -56,6 +57,7 @@ class RedisBackend(HiCacheStorage):
         self._ttl_ms = None if options.ttl_s is None else max(1, round(options.ttl_s * 1000))
         self._chunk = options.pipeline_pages
         self._client: Any = None
+        self._hash_pool: ThreadPoolExecutor | None = None
         self._client_lock = threading.Lock()
 
     # ------------------------------------------------------------ helpers
@@ -97,24 +99,39 @@ class RedisBackend(HiCacheStorage):
             replies.extend(pipe.execute())
         return replies
 
+    def _hasher(self) -> ThreadPoolExecutor:
+        """The worker thread computing checksums while pages are on the wire (built on first use)."""
+        hasher = self._hash_pool
+        if hasher is None:
+            with self._client_lock:
+                if self._hash_pool is None:
+                    self._hash_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-redis-xxh3")
+                hasher = self._hash_pool
+        return hasher
+
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
         client = self.client()
+        hasher = self._hasher()
+        rkeys = [self.key_prefix + key for key in keys]
+        bkeys = [rkey.encode() for rkey in rkeys]
         results = [False] * len(keys)
         redirected: list[int] = []
-        for span in self._chunks(len(keys)):
-            for node, indices in self._by_node(client, [self.key_prefix + keys[i] for i in span], span):
-                requests = [((self.key_prefix + keys[i]).encode(), pages[i]) for i in indices]
-                for index, reply in zip(indices, send_sets(node, requests, self._ttl_ms), strict=True):
-                    if isinstance(reply, ResponseError):
-                        redirected.append(index)
-                    else:
-                        results[index] = reply
+        groups = self._by_node(client, rkeys, range(len(keys)))
+        requests = [(node, [(bkeys[i], pages[i]) for i in indices]) for node, indices in groups]
+        for (_node, indices), replies in zip(
+            groups, set_pages(requests, self._ttl_ms, hasher, self._chunk), strict=True
+        ):
+            for index, reply in zip(indices, replies, strict=True):
+                if isinstance(reply, ResponseError):
+                    redirected.append(index)
+                else:
+                    results[index] = reply
         if redirected:  # MOVED/ASK (cluster resharding), OOM ...: the client's pipeline handles redirects
             self.stats.bump("redirected_writes", len(redirected))
             pipe = client.pipeline(transaction=False)
             for index in redirected:
-                pipe.set(self.key_prefix + keys[index], encode_record(pages[index]), px=self._ttl_ms)
+                pipe.set(rkeys[index], encode_record(pages[index]), px=self._ttl_ms)
             for index, reply in zip(redirected, pipe.execute(raise_on_error=False), strict=True):
                 results[index] = reply is True
         return results
@@ -124,8 +141,8 @@ class RedisBackend(HiCacheStorage):
         if not self.options.cluster:
             return [(client, list(span))]
         groups: dict[str, tuple[Any, list[int]]] = {}
-        for rkey, index in zip(rkeys, span, strict=True):
-            node = client.get_node_from_key(rkey)
+        for index in span:
+            node = client.get_node_from_key(rkeys[index])
             group = groups.get(node.name)
             if group is None:
                 group = groups[node.name] = (client.get_redis_connection(node), [])
@@ -134,15 +151,42 @@ class RedisBackend(HiCacheStorage):
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
         want = self._record_bytes()
-        results: list[bool] = []
         client = self.client()
-        for span in self._chunks(len(keys)):
+        hasher = self._hasher()
+        rkeys = [self.key_prefix + key for key in keys]
+        results = [False] * len(keys)
+        redirected: list[int] = []
+        groups = self._by_node(client, rkeys, range(len(keys)))
+        requests = [(node, [(rkeys[i].encode(), pages[i]) for i in indices]) for node, indices in groups]
+        for (_node, indices), replies in zip(groups, get_pages(requests, hasher, self._chunk), strict=True):
+            for index, reply in zip(indices, replies, strict=True):
+                if isinstance(reply, ResponseError):
+                    redirected.append(index)
+                else:
+                    results[index] = self._check(reply, pages[index], want)
+        if redirected:  # MOVED/ASK: read these through the client's pipeline, which follows redirects
+            self.stats.bump("redirected_reads", len(redirected))
             pipe = client.pipeline(transaction=False)
-            for index in span:
-                pipe.get(self.key_prefix + keys[index])
-            for index, value in zip(span, pipe.execute(), strict=True):
-                results.append(self._decode(value, pages[index], want))
+            for index in redirected:
+                pipe.get(rkeys[index])
+            for index, value in zip(redirected, pipe.execute(raise_on_error=False), strict=True):
+                if not isinstance(value, Exception):
+                    results[index] = self._decode(value, pages[index], want)
         return results
+
+    def _check(self, reply: Filled | bytes | None, page: list[memoryview], want: int) -> bool:
+        """Whether a GET reply delivered a valid record into ``page`` (bad records are counted)."""
+        if not isinstance(reply, Filled):
+            return self._decode(reply, page, want)
+        try:
+            _length, digest = parse_header(reply.header, want - HEADER_SIZE)
+        except PageRecordError:
+            self.stats.bump("integrity_failures")
+            return False
+        if reply.digest() != digest:
+            self.stats.bump("integrity_failures")
+            return False
+        return True
 
     def _decode(self, value: bytes | None, page: list[memoryview], want: int) -> bool:
         if value is None:
@@ -183,6 +227,9 @@ class RedisBackend(HiCacheStorage):
     def release(self) -> None:
         with self._client_lock:
             client, self._client = self._client, None
+            hasher, self._hash_pool = self._hash_pool, None
+        if hasher is not None:
+            hasher.shutdown(wait=True)
         if client is not None:
             client.close()
 

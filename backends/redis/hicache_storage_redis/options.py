@@ -54,7 +54,7 @@ class RedisOptions:
     ``url``/``host`` and ``nodes`` (``["host:port", ...]``). Security: ``username``, ``password``,
     ``ssl`` and the ``ssl_*`` files. Storage: ``key_prefix`` (prepended to every key; ``clear``
     removes only keys under it), ``ttl_s`` (expiry of written pages; ``None`` = none),
-    ``pipeline_pages`` (pages per round trip), ``max_connections`` (connection pool size),
+    ``pipeline_pages`` (pages per pipeline window), ``max_connections`` (connection pool size),
     ``socket_timeout_s`` (I/O and connect timeout; ``None`` = the resilience deadline).
     """
 
