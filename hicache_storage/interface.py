@@ -18,6 +18,7 @@ handling (an exception in a primitive becomes misses / ``False`` and is counted)
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -195,15 +196,16 @@ class HiCacheStorage(ABC):
             return []
         pages = flat.view(len(keys), page_size)
         starts = pages[:, 0]
-        if page_size > 1 and not torch.equal(pages - starts[:, None], torch.arange(page_size).expand_as(pages)):
+        if page_size > 1 and not torch.equal(pages - starts[:, None], _page_offsets(page_size).expand_as(pages)):
             raise InvalidRequestError("host_indices: each page's token indices must be consecutive")
         size = int(pool.size)
-        if bool(((starts % page_size) != 0).any()) or bool((starts < 0).any()) or bool((starts >= size).any()):
+        result: list[int] = starts.tolist()
+        if any(start % page_size or not 0 <= start < size for start in result):
             raise InvalidRequestError(
                 f"host_indices: every page must start at a multiple of page_size={page_size} "
                 f"inside the pool (size {size})"
             )
-        return [int(s) for s in starts.tolist()]
+        return result
 
     # ------------------------------------------------------------ dispatch
     def _guarded(
@@ -435,6 +437,12 @@ class HiCacheStorage(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} api_version={self.api_version} closed={self._closed}>"
+
+
+@functools.lru_cache(maxsize=8)
+def _page_offsets(page_size: int) -> torch.Tensor:
+    """``0 .. page_size-1`` (cached: a process uses a handful of page sizes)."""
+    return torch.arange(page_size, dtype=torch.int64)
 
 
 def _looks_like_config(value: object) -> bool:
