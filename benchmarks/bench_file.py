@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from hicache_storage_file import FileBackend
+from hicache_storage_file.raw_baseline import RawFiles
 
 from hicache_storage import HostKVPool, make_config
 
@@ -44,34 +45,6 @@ def make_pool(batch: int) -> HostKVPool:
     raw = pool.kv_buffer.view(-1).view(torch.uint8)
     raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0)))
     return pool
-
-
-class RawFiles:
-    """The baseline: one file per page, temp file + rename, plain ``open``/``write``/``readinto``."""
-
-    def __init__(self, directory: Path, fsync: bool = False) -> None:
-        self.directory = directory
-        self.fsync = fsync
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def write(self, keys: list[str], pages: list[list[memoryview]]) -> None:
-        for key, page in zip(keys, pages):
-            final = os.path.join(self.directory, key)
-            temp = final + ".tmp"
-            with open(temp, "wb") as handle:
-                for segment in page:
-                    handle.write(segment)
-                if self.fsync:
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            os.replace(temp, final)
-
-    def read(self, keys: list[str], pages: list[list[memoryview]]) -> None:
-        for key, page in zip(keys, pages):
-            with open(os.path.join(self.directory, key), "rb", buffering=0) as handle:
-                for segment in page:
-                    if handle.readinto(segment) != segment.nbytes:
-                        raise RuntimeError(f"short read of {key}")
 
 
 def timed(run: Callable[[], None]) -> float:
@@ -125,11 +98,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         def raw_write() -> None:
             for b in raw_batches:
-                raw.write(b, pages_for(len(b)))
+                raw.set(b, pages_for(len(b)))
 
         def raw_read() -> None:
             for b in raw_batches:
-                raw.read(b, pages_for(len(b)))
+                raw.get(b, pages_for(len(b)))
 
         for run in (ours_write, raw_write, ours_read, raw_read):  # warm-up: files exist, page cache warm
             run()

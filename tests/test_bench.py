@@ -15,7 +15,7 @@ sim = pytest.importorskip("hicache_storage_sim")
 
 def test_bench_sim_reports_sane_numbers() -> None:
     result = run_bench("sim", page_bytes=4096, pages=64, batch=16)
-    assert result["byte_exact"] and result["raw"] is None and result["ratio_sdk_over_raw"] is None
+    assert result["byte_exact"] and result["raw"] is None and result["ratio_ours_over_raw"] is None
     for op in ("set", "exists", "get"):
         row = result["sdk"][op]
         assert row["calls"] == 4 and row["pages"] == 64 and row["ok"] == 64
@@ -59,7 +59,7 @@ def test_bench_compares_with_raw_baseline(tmp_path: Path, capsys: pytest.Capture
         unregister_backend("sim-with-raw")
     result = json.loads(out.read_text())
     assert result["raw"]["get"]["ok"] == 32
-    assert all(result["ratio_sdk_over_raw"][op] > 0 for op in ("set", "exists", "get"))
+    assert all(result["ratio_ours_over_raw"][op] > 0 for op in ("set", "exists", "get"))
     assert "no raw baseline" not in capsys.readouterr().out
 
 

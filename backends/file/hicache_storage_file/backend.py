@@ -37,6 +37,7 @@ from .eviction import ChainEviction
 from .layout import PageLayout
 from .options import FileOptions, resolve_root
 from .parallel import map_pages
+from .raw_baseline import RawFiles
 from .vectored_io import preadv_all, writev_all
 
 __all__ = ["FileBackend"]
@@ -62,6 +63,12 @@ class FileBackend(HiCacheStorage):
         supports_clear=True,
         verifies_integrity=True,
     )
+
+    @staticmethod
+    def raw_baseline(config: HiCacheStorageConfig) -> RawFiles:
+        """Plain file I/O in ``<path>/raw-baseline`` for ``hicache-storage bench`` to compare with."""
+        values = {k: v for k, v in (config.extra_config or {}).items() if k in FileOptions.__dataclass_fields__}
+        return RawFiles(resolve_root(FileOptions(**values)) / "raw-baseline")
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
