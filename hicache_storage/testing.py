@@ -35,6 +35,8 @@ from .host_pool import HostKVPool
 from .interface import HiCacheStorage
 
 __all__ = [
+    "FAST_RESILIENCE",
+    "check_outage_and_recovery",
     "PAGE_SIZE",
     "TestServices",
     "close_backends",
@@ -48,6 +50,15 @@ __all__ = [
 
 #: Tokens per page of the pools :func:`make_pool` builds unless told otherwise.
 PAGE_SIZE = 4
+
+#: ``extra_config["resilience"]`` for fault tests: 1 s deadline, one quick retry, fast breaker reset.
+FAST_RESILIENCE: dict[str, float] = {
+    "deadline_s": 1.0,
+    "retries": 1,
+    "backoff_s": 0.001,
+    "backoff_max_s": 0.01,
+    "breaker_reset_s": 0.05,
+}
 
 B = TypeVar("B", bound=HiCacheStorage)
 
@@ -128,6 +139,39 @@ def close_backends(backends: Iterable[HiCacheStorage]) -> None:
 
 
 # --------------------------------------------------------------------------- test servers
+def check_outage_and_recovery(
+    backend: HiCacheStorage,
+    stop: Callable[[], object],
+    start: Callable[[], object],
+    *,
+    bound_s: float = 10.0,
+    recover_s: float = 20.0,
+) -> None:
+    """Store 2 pages, ``stop`` the server, check every batch call degrades, ``start`` it, check recovery.
+
+    While the server is down, exists/get/set must return misses or ``False`` (never raise) within
+    ``bound_s`` seconds in all; after ``start`` the backend must store and read pages again within
+    ``recover_s``. Needs a registered pool with at least 8 pages. Raises ``AssertionError`` otherwise.
+    """
+    keys = random_keys(4)
+    assert backend.batch_set_v1(keys[:2], page_indices(0, 2)) == [True, True]
+    stop()
+    try:
+        begin = time.monotonic()
+        assert backend.batch_exists_each(keys) == [False] * 4
+        assert backend.batch_get_v1(keys[:2], page_indices(4, 2)) == [False, False]
+        assert backend.batch_set_v1(keys[2:], page_indices(2, 2)) == [False, False]
+        elapsed = time.monotonic() - begin
+        assert elapsed < bound_s, f"calls with the server down took {elapsed:.1f} s (bound {bound_s} s)"
+    finally:
+        start()
+    deadline = time.monotonic() + recover_s
+    while backend.batch_set_v1(keys[2:], page_indices(2, 2)) != [True, True]:
+        assert time.monotonic() < deadline, "backend did not recover after the restart"
+        time.sleep(0.1)
+    assert backend.batch_get_v1(keys[2:], page_indices(6, 2)) == [True, True]
+
+
 def s3_client(settings: Mapping[str, str]) -> Any:
     """A boto3 client of the test S3 server that ``settings`` (:meth:`TestServices.settings`) describe."""
     import boto3

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,17 @@ from hicache_storage_fsspec import FsspecBackend
 
 from hicache_storage import ConfigError, load_backend, make_config
 from hicache_storage.page_format import HEADER_SIZE, encode_record
-from hicache_storage.testing import PAGE_SIZE, make_pool, page_bytes, page_indices, random_keys
+from hicache_storage.testing import (
+    FAST_RESILIENCE,
+    PAGE_SIZE,
+    check_outage_and_recovery,
+    make_pool,
+    page_bytes,
+    page_indices,
+    random_keys,
+)
 
-FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.01, "breaker_reset_s": 0.05}
+FAST = FAST_RESILIENCE
 
 
 @pytest.mark.parametrize("layout", ["layer_first", "page_first"])
@@ -104,23 +111,11 @@ def test_s3fs_stopped_server_gives_bounded_misses_then_recovers(
 ) -> None:
     options = {"url": f"s3://{bucket}/fault", "storage_options": s3_storage_options(env), "resilience": FAST}
     backend = open_backend(options)
-    keys = random_keys(4)
-    assert backend.batch_set_v1(keys[:2], page_indices(0, 2)) == [True, True]
-    control("stop", "s3")
-    try:
-        begin = time.monotonic()
-        assert backend.batch_exists_each(keys) == [False] * 4
-        assert backend.batch_get_v1(keys[:2], page_indices(4, 2)) == [False, False]
-        assert backend.batch_set_v1(keys[2:], page_indices(2, 2)) == [False, False]
-        assert time.monotonic() - begin < 10
-    finally:
+    def start() -> None:
         control("start", "s3")
         SERVICES.s3_bucket(bucket, env)  # moto keeps no state
-    deadline = time.monotonic() + 20
-    while backend.batch_set_v1(keys[2:], page_indices(2, 2)) != [True, True]:
-        assert time.monotonic() < deadline, "backend did not recover after the restart"
-        time.sleep(0.1)
-    assert backend.batch_get_v1(keys[2:], page_indices(6, 2)) == [True, True]
+
+    check_outage_and_recovery(backend, lambda: control("stop", "s3"), start)
 
 
 def test_credentials_are_redacted(env: dict[str, str], bucket: str) -> None:

@@ -17,9 +17,17 @@ from redis_support import control
 
 from hicache_storage import ConfigError, HostKVPool, load_backend, make_config
 from hicache_storage.page_format import HEADER_SIZE, encode_record
-from hicache_storage.testing import PAGE_SIZE, make_pool, page_bytes, page_indices, random_keys
+from hicache_storage.testing import (
+    FAST_RESILIENCE,
+    PAGE_SIZE,
+    check_outage_and_recovery,
+    make_pool,
+    page_bytes,
+    page_indices,
+    random_keys,
+)
 
-FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.01, "breaker_reset_s": 0.05}
+FAST = FAST_RESILIENCE
 
 
 def free_port() -> int:
@@ -269,22 +277,7 @@ def test_server_stopped_then_restarted(
 ) -> None:
     options = {"url": redis_url} if service == "redis" else {"cluster": True, "nodes": cluster_nodes}
     backend = open_backend({**options, "resilience": FAST})
-    keys = random_keys(4)
-    assert backend.batch_set_v1(keys[:2], page_indices(0, 2)) == [True, True]
-    control("stop", service)
-    try:
-        begin = time.monotonic()
-        assert backend.batch_exists_each(keys) == [False] * 4
-        assert backend.batch_get_v1(keys[:2], page_indices(4, 2)) == [False, False]
-        assert backend.batch_set_v1(keys[2:], page_indices(2, 2)) == [False, False]
-        assert time.monotonic() - begin < 10
-    finally:
-        control("start", service)
-    deadline = time.monotonic() + 20
-    while backend.batch_set_v1(keys[2:], page_indices(2, 2)) != [True, True]:
-        assert time.monotonic() < deadline, "backend did not recover after the restart"
-        time.sleep(0.1)
-    assert backend.batch_get_v1(keys[2:], page_indices(6, 2)) == [True, True]
+    check_outage_and_recovery(backend, lambda: control("stop", service), lambda: control("start", service))
 
 
 # ----------------------------------------------------------------------------- options

@@ -13,9 +13,17 @@ from s3_support import SERVICES, control, s3_client, s3_options
 
 from hicache_storage import ConfigError, load_backend, make_config
 from hicache_storage.page_format import HEADER_SIZE, encode_record
-from hicache_storage.testing import PAGE_SIZE, make_pool, page_bytes, page_indices, random_keys
+from hicache_storage.testing import (
+    FAST_RESILIENCE,
+    PAGE_SIZE,
+    check_outage_and_recovery,
+    make_pool,
+    page_bytes,
+    page_indices,
+    random_keys,
+)
 
-FAST = {"deadline_s": 1.0, "retries": 1, "backoff_s": 0.001, "backoff_max_s": 0.01, "breaker_reset_s": 0.05}
+FAST = FAST_RESILIENCE
 
 
 @pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
@@ -130,23 +138,11 @@ def test_unreachable_endpoint_does_not_fail_construction() -> None:
 
 def test_server_stopped_then_restarted(env: dict[str, str], open_backend: Any, bucket: str) -> None:
     backend = open_backend({"resilience": FAST})
-    keys = random_keys(4)
-    assert backend.batch_set_v1(keys[:2], page_indices(0, 2)) == [True, True]
-    control("stop", "s3")
-    try:
-        begin = time.monotonic()
-        assert backend.batch_exists_each(keys) == [False] * 4
-        assert backend.batch_get_v1(keys[:2], page_indices(4, 2)) == [False, False]
-        assert backend.batch_set_v1(keys[2:], page_indices(2, 2)) == [False, False]
-        assert time.monotonic() - begin < 10
-    finally:
+    def start() -> None:
         control("start", "s3")
         SERVICES.s3_bucket(bucket, env)  # moto keeps no state
-    deadline = time.monotonic() + 20
-    while backend.batch_set_v1(keys[2:], page_indices(2, 2)) != [True, True]:
-        assert time.monotonic() < deadline, "backend did not recover after the restart"
-        time.sleep(0.1)
-    assert backend.batch_get_v1(keys[2:], page_indices(6, 2)) == [True, True]
+
+    check_outage_and_recovery(backend, lambda: control("stop", "s3"), start)
 
 
 @pytest.mark.parametrize(
