@@ -67,22 +67,7 @@ def _resolve(backend: Any, sglang: bool | None, overrides: tuple[tuple[str, Any]
     return resolve_target(backend, sglang=sglang, overrides=dict(overrides))
 
 
-class BackendConformance(
-    LifecycleTests,
-    RoundTripTests,
-    BatchTests,
-    IsolationTests,
-    OverwriteTests,
-    IntegrityTests,
-    ConcurrencyTests,
-    PersistenceTests,
-    DeleteTests,
-    ClearTests,
-    EvictionTests,
-    BadInputTests,
-    FaultTests,
-    ModelTests,
-):
+class BackendConformance(*_MIXINS):  # type: ignore[misc]
     """Subclass in a ``test_*.py`` file, name the class ``Test...``, and set ``backend``.
 
     Class attributes:
