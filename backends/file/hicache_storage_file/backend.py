@@ -32,13 +32,13 @@ from hicache_storage import (
     InvalidRequestError,
 )
 from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_header, parse_header
+from hicache_storage.vectored_io import preadv_all, writev_all
 
 from .eviction import ChainEviction
 from .layout import PageLayout
 from .options import FileOptions, resolve_root
 from .parallel import map_pages
 from .raw_baseline import RawFiles
-from .vectored_io import preadv_all, writev_all
 
 __all__ = ["FileBackend"]
 

@@ -9,6 +9,7 @@ import secrets
 from collections.abc import Sequence
 
 from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_header, parse_header
+from hicache_storage.vectored_io import writev_all
 
 __all__ = ["LocalPageFiles", "TEMP_SUFFIX"]
 
@@ -35,7 +36,7 @@ class LocalPageFiles:
             fd = os.open(temp, flags, 0o600)
         try:
             try:
-                _writev_all(fd, [memoryview(encode_header(page)), *page])
+                writev_all(fd, [memoryview(encode_header(page)), *page], HEADER_SIZE + sum(s.nbytes for s in page))
             finally:
                 os.close(fd)
             os.replace(temp, path)
@@ -66,17 +67,3 @@ class LocalPageFiles:
         except PageRecordError:
             return False
         return checksum(page) == digest
-
-
-def _writev_all(fd: int, buffers: list[memoryview]) -> None:
-    pending = [memoryview(b).cast("B") for b in buffers if memoryview(b).nbytes]
-    while pending:
-        written = os.writev(fd, pending[:_IOV_MAX])
-        while written and pending:
-            head = pending[0]
-            if written >= head.nbytes:
-                written -= head.nbytes
-                pending.pop(0)
-            else:
-                pending[0] = head[written:]
-                written = 0

@@ -1,4 +1,4 @@
-"""Vectored whole-buffer I/O: ``os.writev`` / ``os.preadv`` looped over short transfers, no copies.
+"""Vectored whole-buffer I/O for backends: ``os.writev`` / ``os.preadv`` looped over short transfers, no copies.
 
 The common case (a few segments, a regular file) is one system call; the loop only runs for more
 than ``IOV_MAX`` buffers or a short write.

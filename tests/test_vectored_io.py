@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hicache_storage_file.vectored_io import IOV_MAX, preadv_all, writev_all
+from hicache_storage.vectored_io import IOV_MAX, preadv_all, writev_all
 
 
 def _segments(count: int, size: int) -> list[memoryview]:
