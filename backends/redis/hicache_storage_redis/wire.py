@@ -6,9 +6,11 @@ new ``bytes``) on reads. Here the RESP requests are written by hand and replies 
 over connections taken from the client's own pools:
 
 - writes: per page, one vectored ``sendmsg`` of [RESP prefix + record header, page segments...]
-  (``sendall`` per buffer on TLS sockets). The XXH3-64 of the next pages is computed on a worker
-  thread (xxhash releases the GIL) while the current page is on the wire. The bytes on the wire
-  are exactly those of ``SET key value [PX ms]``: one SET per page, so a page is visible whole.
+  (``sendall`` per buffer on TLS sockets). The XXH3-64 of later pages is computed ahead on a
+  worker thread (xxhash releases the GIL) while earlier pages are on the wire; a page the worker
+  has not reached is hashed by the sender itself (:class:`~hicache_storage.lookahead.Lookahead`).
+  The bytes on the wire are exactly those of ``SET key value [PX ms]``: one SET per page, so a
+  page is visible whole.
 - reads: a bulk reply of the expected record size is received with ``recv_into`` directly into
   the page's segments (after the 24-byte header); its checksum runs on the worker thread while
   the next value arrives. Values of any other size come back as ``bytes`` (a damaged record).
@@ -30,6 +32,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from hicache_storage.lookahead import Lookahead
 from hicache_storage.page_format import HEADER_SIZE, checksum, encode_header
 
 __all__ = ["Filled", "GetGroup", "SetGroup", "get_pages", "set_pages"]
@@ -103,14 +106,6 @@ def _set_suffix(ttl_ms: int | None) -> bytes:
         return _CRLF
     ttl = b"%d" % ttl_ms
     return b"\r\n$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ttl), ttl)
-
-
-def _headers(pages: list[Sequence[memoryview]], hasher: Executor | None) -> list[Any]:
-    """Record headers of ``pages``: futures computed in order on ``hasher``, or computed now."""
-    if hasher is None or len(pages) < 2:
-        return [encode_header(page) for page in pages]
-    # The first header now (nothing to overlap it with), the rest while earlier pages are sent.
-    return [encode_header(pages[0]), *(hasher.submit(encode_header, page) for page in pages[1:])]
 
 
 def _wait(futures: list[Any]) -> None:
@@ -241,7 +236,7 @@ def set_pages(
     the :class:`ResponseError` the server answered.
     """
     pages = [segments for _node, requests in groups for _key, segments in requests]
-    headers = _headers(pages, hasher)
+    headers = Lookahead(encode_header, pages, hasher)
     suffix = _set_suffix(ttl_ms)
     connections = _Connections()
     readers: list[_Reader] = []
@@ -257,9 +252,7 @@ def set_pages(
             replies.append(out)
             tail = b""
             for sent, (key, segments) in enumerate(requests, 1):
-                header = headers[position]
-                if isinstance(header, Future):
-                    header = header.result()
+                header = headers.get(position)
                 position += 1
                 payload = sum(segment.nbytes for segment in segments)
                 _send(sock, [tail + _set_prefix(key, header, payload, ttl_ms), *segments])
@@ -273,8 +266,7 @@ def set_pages(
         failed = False
         return replies
     finally:
-        if failed:
-            _wait(headers)
+        headers.close()
         connections.finish(failed)
 
 
