@@ -40,8 +40,8 @@ class Lookahead(Generic[Item, Value]):
         self._done = threading.Condition()
         self._helper: Future[None] | None = None
         if executor is not None and len(items) > 1:
-            self._claimed = 1  # the caller's first get() computes item 0 while the helper starts on item 1
-            self._helper = executor.submit(self._run_ahead, 1)
+            self._claimed = 1  # item 0 is the caller's: there is nothing to overlap it with
+            self._helper = executor.submit(self._run_ahead)
 
     def _claim(self) -> int | None:
         with self._done:
@@ -64,8 +64,7 @@ class Lookahead(Generic[Item, Value]):
             self._values[index] = value
             self._done.notify_all()
 
-    def _run_ahead(self, first: int) -> None:
-        self._compute(first)
+    def _run_ahead(self) -> None:
         while (index := self._claim()) is not None:
             self._compute(index)
 
