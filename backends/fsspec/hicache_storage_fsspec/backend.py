@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -31,6 +32,8 @@ from .raw_store import FsspecRawStore
 
 __all__ = ["DEFAULT_TIMEOUT_S", "FsspecBackend"]
 
+log = logging.getLogger(__name__)
+
 #: Client timeout when neither ``timeout_s`` nor a resilience deadline is configured.
 DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
 _S3_PROTOCOLS = ("s3", "s3a")
@@ -40,7 +43,9 @@ class FsspecBackend(HiCacheStorage):
     """Pages as files below ``extra_config.url`` on an fsspec filesystem (see :class:`FsspecOptions`).
 
     ``fs`` and ``path_for(storage_key)`` give direct access to stored pages; ``raw_store()`` is a
-    mapping over them (for tools and tests).
+    mapping over them (for tools and tests). On ``s3://`` construction checks the bucket
+    (``check_bucket``): refused credentials raise :class:`ConfigError`; anything else (a missing
+    bucket, an unreachable endpoint) is left to the calls, which then miss.
     """
 
     Options: ClassVar[type[Any]] = FsspecOptions
@@ -67,6 +72,8 @@ class FsspecBackend(HiCacheStorage):
         self.root = root.rstrip("/")
         if protocol in _S3_PROTOCOLS and storage_options.get("skip_instance_cache"):
             self.fs.retries = 1  # s3fs retries connection errors with backoff; the SDK's policy retries
+        if protocol in _S3_PROTOCOLS and options.check_bucket and self.root:
+            self._check_bucket(self.root.split("/", 1)[0])
         self._fanout = options.fanout_chars
         self._async = bool(getattr(self.fs, "async_impl", False))
         self._local = LocalPageFiles() if isinstance(self.fs, LocalFileSystem) else None
@@ -102,6 +109,27 @@ class FsspecBackend(HiCacheStorage):
             self.fs.invalidate_cache()
             return [path for path in self.fs.find(self.root) if self._page_name.fullmatch(path)]
         return []
+
+    def _check_bucket(self, bucket: str) -> None:
+        """HEAD the bucket: refused or missing credentials raise :class:`ConfigError`, nothing else does."""
+        from botocore.exceptions import NoCredentialsError  # s3fs's dependency, present for s3://
+
+        try:
+            self.fs.info(bucket)
+        except PermissionError:
+            raise ConfigError(
+                "extra_config.storage_options",
+                f"access to bucket {bucket!r} denied: check the credentials (key/secret/token, profile or "
+                "environment) and their permissions",
+            ) from None
+        except NoCredentialsError:
+            raise ConfigError(
+                "extra_config.storage_options",
+                f"no AWS credentials found for bucket {bucket!r} (set key/secret in storage_options, "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile; anon: true for public buckets)",
+            ) from None
+        except Exception as error:  # missing bucket, endpoint down: left to the calls, which miss
+            log.debug("bucket %r not checked at start-up (%s)", bucket, type(error).__name__)
 
     def _record_bytes(self) -> int:
         if self.keyspace is None:

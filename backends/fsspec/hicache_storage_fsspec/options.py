@@ -44,7 +44,8 @@ class FsspecOptions:
     ``concurrency``: requests in flight per batch on async filesystems (s3fs, gcsfs, http);
     ``write_mode``: ``auto`` (temp file + rename on local disks, one put elsewhere), ``rename``
     (always temp + move) or ``direct`` (always one put); ``timeout_s``: client timeout injected into
-    s3fs when ``storage_options`` sets none (``None`` = the resilience deadline).
+    s3fs when ``storage_options`` sets none (``None`` = the resilience deadline);
+    ``check_bucket``: for ``s3://``, check at construction that the credentials may access the bucket.
     """
 
     url: str
@@ -53,6 +54,7 @@ class FsspecOptions:
     concurrency: int = 32
     write_mode: str = "auto"
     timeout_s: float | None = None
+    check_bucket: bool = True
 
     def __post_init__(self) -> None:
         if not self.url.strip():
