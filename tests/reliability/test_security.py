@@ -3,8 +3,6 @@ and tenants kept apart."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import logging
 import os
 import re
@@ -20,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from rel_support import HOST, PrivateServices, Workload, assert_clean, free_ports, make_keys, make_pool
+from rel_support import HOST, PrivateServices, free_ports, make_certs, make_keys, make_pool, round_trip_ok
 
 from hicache_storage import HiCacheStorage, InvalidKeyError, make_config, page_hashes
 
@@ -204,56 +202,13 @@ def test_file_backend_owner_only_permissions(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- redis AUTH + TLS
-def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def cert(subject: str, key: Any, issuer: Any, issuer_key: Any, ca: bool) -> Any:
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(issuer)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOST)), x509.DNSName("localhost")]),
-                critical=False,
-            )
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "reliability test CA")])
-    ca_cert = cert("reliability test CA", ca_key, ca_name, ca_key, True)
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = cert(HOST, server_key, ca_name, ca_key, False)
-    paths = directory / "ca.pem", directory / "server.pem", directory / "server.key"
-    paths[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        server_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    paths[2].chmod(0o600)
-    return paths
-
-
 @pytest.fixture(scope="module")
 def tls_redis() -> Iterator[dict[str, Any]]:
     """A redis-server speaking only TLS on a spare loopback port, with a password and an ACL user."""
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
     directory = Path(tempfile.mkdtemp(prefix="hc-rel-tls-"))
-    ca, cert, key = _make_certs(directory)
+    ca, cert, key = make_certs(directory)[:3]
     port = free_ports(1)[0]
     process = subprocess.Popen(
         [
@@ -323,13 +278,6 @@ def _redis_backend(**extra: Any) -> HiCacheStorage:
     return backend
 
 
-def _round_trip_ok(backend: HiCacheStorage) -> bool:
-    workload = Workload(backend, backend.mem_pool_host, batch=4, universe=16)
-    sample = workload.round()
-    assert_clean(workload)
-    return sample.set_ok == sample.set_total and sample.hits == sample.reads
-
-
 GOOD_TLS = {
     "url_password": lambda port, ca: {"url": f"rediss://:{PASSWORD}@{HOST}:{port}/0", "ssl_ca_certs": ca},
     "url_acl_user": lambda port, ca: {"url": f"rediss://cacheuser:{PASSWORD}u@{HOST}:{port}/0", "ssl_ca_certs": ca},
@@ -367,7 +315,7 @@ BAD_TLS = {
 def test_redis_tls_and_auth_accepted(tls_redis: dict[str, Any], case: str) -> None:
     backend = _redis_backend(**GOOD_TLS[case](tls_redis["port"], tls_redis["ca"]))
     try:
-        ok = _round_trip_ok(backend)
+        ok = round_trip_ok(backend)
         fault = str(backend.get_stats()["last_fault"])
         assert ok, f"TLS+AUTH round trip failed ({case}): {fault}"
     finally:
@@ -379,7 +327,7 @@ def test_redis_tls_and_auth_accepted(tls_redis: dict[str, Any], case: str) -> No
 def test_redis_tls_and_auth_refused(tls_redis: dict[str, Any], case: str) -> None:
     backend = _redis_backend(**BAD_TLS[case](tls_redis["port"], tls_redis["ca"]))
     try:
-        assert not _round_trip_ok(backend), f"expected a refusal ({case})"
+        assert not round_trip_ok(backend), f"expected a refusal ({case})"
         stats = backend.get_stats()
         assert stats["faults"] > 0
         assert PASSWORD not in str(stats) and PASSWORD not in repr(backend)
@@ -411,7 +359,7 @@ def test_redis_credentials_never_leak(caplog: pytest.LogCaptureFixture, tls_redi
         },
     ):
         backend = _redis_backend(**options)
-        assert not _round_trip_ok(backend)
+        assert not round_trip_ok(backend)
         texts += [repr(backend), str(backend), repr(backend.options), str(backend.get_stats())]
         backend.close()
     for options in (
@@ -446,7 +394,7 @@ def test_s3_credentials_never_leak(caplog: pytest.LogCaptureFixture) -> None:
     }
     backend = S3Backend(make_config("m", extra_config=extra))
     backend.register_mem_pool_host(make_pool())
-    assert not _round_trip_ok(backend)
+    assert not round_trip_ok(backend)
     texts = [repr(backend), str(backend), repr(backend.options), str(backend.get_stats())]
     backend.close()
     with pytest.raises(ConfigError) as caught:
