@@ -20,6 +20,7 @@ from hicache_storage.page_format import HEADER_SIZE, PageRecordError, decode_int
 
 from .client import build_client
 from .options import RedisOptions, check_secret_types
+from .raw_baseline import RawRedis
 from .raw_store import RedisRawStore, glob_escape
 from .wire import Filled, get_pages, set_pages
 
@@ -28,6 +29,8 @@ __all__ = ["DEFAULT_TIMEOUT_S", "RedisBackend"]
 #: I/O timeout when neither ``socket_timeout_s`` nor a resilience deadline is configured.
 DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
 _CLEAR_BATCH = 512
+#: Error replies that mean "ask another node" (cluster resharding or failover): retried through redis-py.
+_REDIRECT_CODES = frozenset({"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"})
 
 
 class RedisBackend(HiCacheStorage):
@@ -47,6 +50,11 @@ class RedisBackend(HiCacheStorage):
         supports_clear=True,
         verifies_integrity=True,
     )
+
+    @staticmethod
+    def raw_baseline(config: HiCacheStorageConfig) -> RawRedis:
+        """redis-py pipelines under ``<key_prefix>raw-baseline/`` for ``hicache-storage bench`` to compare with."""
+        return RawRedis.from_config(config)
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         check_secret_types(dict(getattr(config, "extra_config", None) or {}))
@@ -124,10 +132,11 @@ class RedisBackend(HiCacheStorage):
         ):
             for index, reply in zip(indices, replies, strict=True):
                 if isinstance(reply, ResponseError):
-                    redirected.append(index)
+                    if self._is_redirect(reply):
+                        redirected.append(index)
                 else:
                     results[index] = reply
-        if redirected:  # MOVED/ASK (cluster resharding), OOM ...: the client's pipeline handles redirects
+        if redirected:  # MOVED/ASK/TRYAGAIN (cluster resharding): the client's pipeline follows redirects
             self.stats.bump("redirected_writes", len(redirected))
             pipe = client.pipeline(transaction=False)
             for index in redirected:
@@ -135,6 +144,17 @@ class RedisBackend(HiCacheStorage):
             for index, reply in zip(redirected, pipe.execute(raise_on_error=False), strict=True):
                 results[index] = reply is True
         return results
+
+    def _is_redirect(self, reply: ResponseError) -> bool:
+        """Whether an error reply asks to retry elsewhere; any other (``OOM``, ``NOPERM`` ...) is counted.
+
+        Other error replies leave the page unwritten / unread and count as ``redis_error_<code>``.
+        """
+        code = str(reply).split(" ", 1)[0]
+        if code in _REDIRECT_CODES:
+            return True
+        self.stats.bump(f"redis_error_{code.lower() if code.isalpha() else 'other'}")
+        return False
 
     def _by_node(self, client: Any, rkeys: list[str], span: range) -> list[tuple[Any, list[int]]]:
         """Indices of ``span`` grouped by the server holding their keys (one group when standalone)."""
@@ -161,7 +181,8 @@ class RedisBackend(HiCacheStorage):
         for (_node, indices), replies in zip(groups, get_pages(requests, hasher, self._chunk), strict=True):
             for index, reply in zip(indices, replies, strict=True):
                 if isinstance(reply, ResponseError):
-                    redirected.append(index)
+                    if self._is_redirect(reply):
+                        redirected.append(index)
                 else:
                     results[index] = self._check(reply, pages[index], want)
         if redirected:  # MOVED/ASK: read these through the client's pipeline, which follows redirects

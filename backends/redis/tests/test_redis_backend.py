@@ -252,6 +252,36 @@ def test_maxmemory_eviction_gives_misses_never_wrong_bytes(guarded_server: dict[
     assert backend.stats.get("integrity_failures") == 0
 
 
+def test_error_replies_are_counted_misses_and_not_retried(guarded_server: dict[str, Any], open_backend: Any) -> None:
+    """NOPERM (ACL key pattern) and OOM (noeviction) replies: False / misses, counted by code, no redirect retry."""
+    port, password = guarded_server["port"], guarded_server["password"]
+    admin = redis.Redis(port=port, password=password, socket_timeout=5)
+    user, user_password = "scoped-writer", "scoped-pa55"
+    admin.acl_setuser(user, enabled=True, passwords=[f"+{user_password}"], keys=["scoped:*"], commands=["+@all"])
+    try:
+        login = {"host": "127.0.0.1", "port": port, "username": user, "password": user_password}
+        outside = open_backend({**login, "key_prefix": "other:"})
+        keys = random_keys(3)
+        assert outside.batch_set_v1(keys, page_indices(0, 3)) == [False] * 3
+        assert outside.batch_get_v1(keys, page_indices(3, 3)) == [False] * 3
+        assert outside.stats.get("redis_error_noperm") == 6
+        assert outside.stats.get("redirected_writes") == 0 and outside.stats.get("redirected_reads") == 0
+        inside = open_backend({**login, "key_prefix": "scoped:"})
+        assert inside.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
+        assert inside.batch_get_v1(keys, page_indices(3, 3)) == [True] * 3
+
+        admin.config_set("maxmemory-policy", "noeviction")
+        pool = HostKVPool(num_pages=24, page_size=16, layer_num=4, head_num=8, head_dim=64, layout="page_first")
+        full = open_backend({"host": "127.0.0.1", "port": port, "password": password}, pool)
+        written = full.batch_set_v1(random_keys(24), torch.arange(24 * 16))  # 3 MiB into 2 MiB
+        assert written.count(False) > 0 and full.stats.get("redis_error_oom") == written.count(False)
+    finally:
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        admin.acl_deluser(user)
+        admin.flushall()
+        admin.close()
+
+
 def page_bytes_n(pool: HostKVPool, page: int) -> bytes:
     return bytes(pool.get_data_page(page * int(pool.page_size)).view(torch.uint8).numpy())
 
