@@ -80,9 +80,11 @@ def open_store(options: MooncakeOptions) -> Any:
         str(options.master_server_address),
     )
     if code != 0:
+        cause = f"no master answered at {options.master_server_address}"
+        if options.metadata_server != "P2PHANDSHAKE":  # P2PHANDSHAKE has no metadata server to blame
+            cause += f", or the metadata server {options.metadata_server!r} is unreachable"
         raise BackendFault(
-            f"Mooncake set-up failed with code {code} ({CODE_NAMES.get(code, 'unknown')}): no master answered at "
-            f"{options.master_server_address}, or the metadata server {options.metadata_server!r} is unreachable "
+            f"Mooncake set-up failed with code {code} ({CODE_NAMES.get(code, 'unknown')}): {cause} "
             f"(tried {options.setup_retries} time(s))"
         )
     return store
