@@ -28,6 +28,7 @@ from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
 
 from .local_io import TEMP_SUFFIX, LocalPageFiles
 from .options import FsspecOptions, redact_url
+from .raw_baseline import RawFsspec
 from .raw_store import FsspecRawStore
 
 __all__ = ["DEFAULT_TIMEOUT_S", "FsspecBackend"]
@@ -56,6 +57,11 @@ class FsspecBackend(HiCacheStorage):
         supports_clear=True,
         verifies_integrity=True,
     )
+
+    @staticmethod
+    def raw_baseline(config: HiCacheStorageConfig) -> RawFsspec:
+        """Bulk fsspec calls under ``<root>/raw-baseline`` for ``hicache-storage bench`` to compare with."""
+        return RawFsspec.from_config(config)
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)

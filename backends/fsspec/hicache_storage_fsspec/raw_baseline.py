@@ -1,0 +1,117 @@
+"""The raw client ``hicache-storage bench fsspec`` compares the backend with: the fsspec filesystem, no SDK.
+
+The filesystem is opened from the backend's own options (``url``, ``storage_options`` with the same
+client defaults: timeouts, no client retries, own s3fs instance). Each call is one bulk fsspec call:
+``fs.pipe({path: page})`` (async filesystems take ``bytes``, so each buffer is copied once, as the
+backend's record is; others write the buffer itself), ``fs.cat(paths)`` copied into the buffers (a
+hit only when the file has the buffer's size); on async filesystems (s3fs, gcsfs...) both run with
+``batch_size=concurrency`` and exists is ``fs._exists`` per path, ``concurrency`` at a time, on the
+filesystem's loop; elsewhere ``fs.exists`` per path. No record header, no checksum, no fan-out, no
+temp file and rename, no key space. Files are ``<root>/raw-baseline/<key>``, a folder no page
+record is ever stored in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import fsspec
+from fsspec.asyn import sync
+from fsspec.implementations.local import LocalFileSystem
+
+from hicache_storage import HiCacheStorage, HiCacheStorageConfig
+from hicache_storage.config import SDK_OPTION_NAMES
+from hicache_storage.options import parse_options
+from hicache_storage.resilience import ResilienceOptions
+
+from .options import FsspecOptions
+
+__all__ = ["RAW_FOLDER", "RawFsspec"]
+
+#: Folder under the root holding every file the raw client writes.
+RAW_FOLDER = "raw-baseline"
+
+
+def _flat(buffer: memoryview) -> memoryview:
+    return buffer if buffer.format == "B" and buffer.ndim == 1 else buffer.cast("B")
+
+
+class RawFsspec:
+    """fsspec bulk calls under ``<root>/raw-baseline/``; satisfies ``hicache_storage.bench.RawClient``.
+
+    ``close()`` removes that folder and everything in it.
+    """
+
+    def __init__(self, fs: Any, root: str, concurrency: int) -> None:
+        self.fs = fs
+        self.folder = f"{root.rstrip('/')}/{RAW_FOLDER}"
+        self.concurrency = concurrency
+        self._async = bool(getattr(fs, "async_impl", False))
+        self._batch: dict[str, Any] = {"batch_size": concurrency} if self._async else {}
+        if isinstance(fs, LocalFileSystem):
+            fs.makedirs(self.folder, exist_ok=True)
+
+    @classmethod
+    def from_config(cls, config: HiCacheStorageConfig) -> RawFsspec:
+        """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
+        from .backend import _with_client_defaults  # the backend's client defaults (backend imports this module)
+
+        extra = dict(config.extra_config or {})
+        options = parse_options(FsspecOptions, {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES})
+        resilience = ResilienceOptions.from_config(extra.get("resilience"))
+        deadline = resilience.deadline_s if resilience is not None else HiCacheStorage.DEFAULT_IO_TIMEOUT_S
+        protocol = options.url.split("://", 1)[0] if "://" in options.url else "file"
+        storage_options = _with_client_defaults(protocol, dict(options.storage_options), options.timeout_s or deadline)
+        fs, root = fsspec.core.url_to_fs(options.url, **storage_options)
+        return cls(fs, root, options.concurrency)
+
+    def path(self, key: str) -> str:
+        """The path (without protocol) the raw client uses for ``key``."""
+        return f"{self.folder}/{key}"
+
+    def set(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+        values = {
+            self.path(key): bytes(_flat(buffer)) if self._async else _flat(buffer)
+            for key, buffer in zip(keys, buffers, strict=True)
+        }
+        self.fs.pipe(values, **self._batch)
+        return [True] * len(keys)
+
+    def get(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+        paths = [self.path(key) for key in keys]
+        found = self.fs.cat(paths, on_error="return", **self._batch)
+        results = []
+        for path, buffer in zip(paths, buffers, strict=True):
+            value = found.get(path)
+            view = _flat(buffer)
+            hit = isinstance(value, bytes) and len(value) == view.nbytes
+            if hit:
+                view[:] = value
+            results.append(hit)
+        return results
+
+    def exists(self, keys: Sequence[str]) -> list[bool]:
+        paths = [self.path(key) for key in keys]
+        if not self._async:
+            return [bool(self.fs.exists(path)) for path in paths]
+
+        async def check_all() -> list[bool]:
+            gate = asyncio.Semaphore(self.concurrency)
+
+            async def check(path: str) -> bool:
+                async with gate:
+                    return bool(await self.fs._exists(path))
+
+            return list(await asyncio.gather(*(check(path) for path in paths)))
+
+        return list(sync(self.fs.loop, check_all))
+
+    def close(self) -> None:
+        """Remove ``<root>/raw-baseline`` and everything in it."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self.folder, recursive=True)
+        with contextlib.suppress(AttributeError):
+            self.fs.invalidate_cache()

@@ -1,0 +1,71 @@
+"""The raw baseline the fsspec backend offers to ``hicache-storage bench`` (memory://, a local directory, s3fs)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+import numpy as np
+import pytest
+from hicache_storage_fsspec import FsspecBackend
+from hicache_storage_fsspec.raw_baseline import RawFsspec
+
+from hicache_storage import make_config
+from hicache_storage.bench import run_bench
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def pages(count: int, size: int) -> list[memoryview]:
+    return [memoryview(bytearray(os.urandom(size))) for _ in range(count)]
+
+
+def files_under(raw: RawFsspec, folder: str) -> list[str]:
+    raw.fs.invalidate_cache()
+    try:
+        return sorted(path.rsplit("/", 1)[-1] for path in raw.fs.find(folder))
+    except FileNotFoundError:
+        return []
+
+
+def test_round_trip_exists_and_close(location: dict[str, Any]) -> None:
+    raw = FsspecBackend.raw_baseline(make_config(extra_config={**location, "concurrency": 4}))
+    assert isinstance(raw, RawFsspec)
+    keys = [secrets.token_hex(8) for _ in range(5)]
+    data = [*pages(4, 4096), np.arange(2048, dtype=np.uint16).reshape(2, 1024).data]  # not flat bytes: cast
+    try:
+        assert raw.set(keys, data) == [True] * 5
+        assert raw.exists([*keys, "absent"]) == [True] * 5 + [False]
+        out = [*pages(5, 4096), memoryview(bytearray(10))]
+        assert raw.get([*keys, "absent"], out) == [True] * 5 + [False]
+        assert [bytes(view) for view in out[:5]] == [bytes(view) for view in data]
+        assert raw.get(keys[:1], [memoryview(bytearray(100))]) == [False]  # wrong size: a miss
+        assert raw.folder.endswith("/raw-baseline")
+        assert files_under(raw, raw.folder) == sorted(keys)
+    finally:
+        raw.close()
+    assert files_under(raw, raw.folder) == []
+    assert not raw.fs.exists(raw.folder)
+
+
+@pytest.mark.parametrize("kind", ["memory", "s3"])
+def test_bench_reports_ratios_against_fsspec(kind: str, request: pytest.FixtureRequest) -> None:
+    if kind == "memory":
+        options: dict[str, Any] = {"url": f"memory://hicache-{secrets.token_hex(4)}"}
+    else:
+        from fsspec_support import s3_storage_options
+
+        bucket = request.getfixturevalue("bucket")
+        storage = s3_storage_options(request.getfixturevalue("env"))
+        options = {"url": f"s3://{bucket}/{secrets.token_hex(4)}", "storage_options": storage}
+    result = run_bench("fsspec", options, page_bytes=8192, pages=16, batch=8)
+    assert result["byte_exact"]
+    assert result["raw"] is not None
+    assert result["raw"]["get"]["ok"] == 16
+    assert all(result["ratio_ours_over_raw"][op] > 0 for op in ("set", "exists", "get"))
+    print("fsspec", kind, result["ratio_ours_over_raw"])
+    raw = RawFsspec.from_config(make_config(extra_config=options))
+    root = raw.folder.rsplit("/", 1)[0]
+    assert not raw.fs.exists(raw.folder)
+    raw.fs.rm(root, recursive=True)  # the backend's pages

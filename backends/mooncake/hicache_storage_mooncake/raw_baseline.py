@@ -1,0 +1,145 @@
+"""The raw client ``hicache-storage bench mooncake`` compares the backend with: ``MooncakeDistributedStore``, no SDK.
+
+The store is opened from the backend's own options (same master, metadata server, protocol,
+segment and buffer sizes, ``replica_num``). Its batch calls move bytes only from and to memory
+registered with the transfer engine, and the buffers a caller gives are not registered: each call
+copies them through one registered staging buffer of ``staging_buffer_size`` bytes (allocated,
+touched and registered at construction, as the backend's own staging buffer is) and runs
+``batch_upsert_from`` (one call: the store's own overwrite of a single-buffer object) or
+``batch_get_into`` (a hit only when exactly the buffer's size arrived) per staging-buffer-full of
+pages; exists is ``batch_is_exist``. No record header, no checksum, no key space.
+
+Why a copy rather than registering the caller's buffers: registering costs about a millisecond per
+region (a metadata-server update), and a benchmark hands one separately allocated buffer per page,
+so registering them would charge the raw side mostly for registration, a set-up cost the backend
+pays once, untimed, for its whole host pool. The copy is one ``memcpy`` per page each way, also
+what the store's own byte-level calls do with unregistered memory; the backend moves pool pages
+without it, so the raw timings include that copy and the ratio leans slightly towards the SDK
+(``benchmarks/bench_mooncake.py`` compares against raw calls on the registered pool, without it).
+
+Objects are ``<key_prefix>raw-baseline/<key>``; storage keys never contain ``/``, so they never
+meet the backend's records. Keys of one call must be distinct (as in any Mooncake batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from hicache_storage import BackendFault, HiCacheStorageConfig
+from hicache_storage.config import SDK_OPTION_NAMES
+from hicache_storage.options import parse_options
+
+from .client import import_store, open_store
+from .options import MooncakeOptions
+
+__all__ = ["RAW_PREFIX", "RawMooncake"]
+
+#: Put after ``key_prefix`` in front of every object key the raw client writes.
+RAW_PREFIX = "raw-baseline/"
+
+
+def _flat(buffer: memoryview) -> memoryview:
+    return buffer if buffer.format == "B" and buffer.ndim == 1 else buffer.cast("B")
+
+
+class RawMooncake:
+    """Mooncake batch calls through a registered staging buffer; satisfies ``hicache_storage.bench.RawClient``.
+
+    Not thread-safe: one call at a time. ``close()`` removes every object this client wrote,
+    unregisters the staging buffer and closes the store.
+    """
+
+    def __init__(self, options: MooncakeOptions) -> None:
+        _, replicate_cls = import_store()
+        self._replicate = replicate_cls()
+        self._replicate.replica_num = options.replica_num
+        self.prefix = options.key_prefix + RAW_PREFIX
+        self._staging = np.empty(int(options.staging_buffer_size), dtype=np.uint8)
+        self._staging.fill(0)  # fault the pages in now, not in the first timed call
+        self._base = int(self._staging.ctypes.data)
+        self.store: Any = open_store(options)
+        code = self.store.register_buffer(self._base, self._staging.nbytes)
+        if code != 0:
+            self.store.close()
+            raise BackendFault(f"Mooncake could not register the raw baseline's staging buffer (code {code})")
+        self._written: set[str] = set()
+
+    @classmethod
+    def from_config(cls, config: HiCacheStorageConfig) -> RawMooncake:
+        """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
+        extra = dict(config.extra_config or {})
+        return cls(parse_options(MooncakeOptions, {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES}))
+
+    def key(self, key: str) -> str:
+        """The Mooncake object key the raw client uses for ``key``."""
+        return self.prefix + key
+
+    def _chunks(self, views: Sequence[memoryview]) -> Iterator[range]:
+        """Index ranges of ``views`` whose bytes fit the staging buffer together."""
+        capacity = self._staging.nbytes
+        begin, used = 0, 0
+        for index, view in enumerate(views):
+            if view.nbytes > capacity:
+                raise ValueError(f"a page of {view.nbytes} bytes does not fit staging_buffer_size ({capacity})")
+            if used + view.nbytes > capacity:
+                yield range(begin, index)
+                begin, used = index, 0
+            used += view.nbytes
+        if begin < len(views):
+            yield range(begin, len(views))
+
+    def _layout(self, views: Sequence[memoryview], chunk: range) -> tuple[list[int], list[int]]:
+        """Staging offsets and sizes of the pages of ``chunk``, back to back."""
+        offsets, sizes, offset = [], [], 0
+        for index in chunk:
+            offsets.append(offset)
+            sizes.append(views[index].nbytes)
+            offset += views[index].nbytes
+        return offsets, sizes
+
+    def set(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+        names = [self.prefix + key for key in keys]
+        views = [_flat(buffer) for buffer in buffers]
+        results: list[bool] = []
+        for chunk in self._chunks(views):
+            offsets, sizes = self._layout(views, chunk)
+            for index, offset, size in zip(chunk, offsets, sizes, strict=True):
+                self._staging[offset : offset + size] = np.frombuffer(views[index], np.uint8)
+            codes = self.store.batch_upsert_from(
+                names[chunk.start : chunk.stop], [self._base + offset for offset in offsets], sizes, self._replicate
+            )
+            results.extend(int(code) == 0 for code in codes)
+        self._written.update(names)
+        return results
+
+    def get(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+        names = [self.prefix + key for key in keys]
+        views = [_flat(buffer) for buffer in buffers]
+        results: list[bool] = []
+        for chunk in self._chunks(views):
+            offsets, sizes = self._layout(views, chunk)
+            codes = self.store.batch_get_into(
+                names[chunk.start : chunk.stop], [self._base + offset for offset in offsets], sizes
+            )
+            for index, offset, size, code in zip(chunk, offsets, sizes, codes, strict=True):
+                hit = int(code) == size
+                if hit:
+                    np.frombuffer(views[index], np.uint8)[:] = self._staging[offset : offset + size]
+                results.append(hit)
+        return results
+
+    def exists(self, keys: Sequence[str]) -> list[bool]:
+        return [int(code) == 1 for code in self.store.batch_is_exist([self.prefix + key for key in keys])]
+
+    def close(self) -> None:
+        """Remove every object this client wrote, unregister the staging buffer, close the store."""
+        try:
+            if self._written:
+                self.store.batch_remove(sorted(self._written), True)
+                self._written.clear()
+        finally:
+            self.store.unregister_buffer(self._base)
+            self.store.close()

@@ -1,0 +1,99 @@
+"""The raw client ``hicache-storage bench redis`` compares the backend with: redis-py, no SDK.
+
+The client is :func:`~hicache_storage_redis.client.build_client` of the backend's own options (same
+server or cluster, credentials, TLS, timeouts and pool size). Each call is one pipeline: ``SET key
+page [PX ttl]`` sent from the caller's buffer, ``GET`` copied into the buffer (a hit only when the
+value has the buffer's size), ``EXISTS``. No record header, no checksum, no key space. Keys are
+``<key_prefix>raw-baseline/<key>``; storage keys never contain ``/``, so they never meet the
+backend's records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hicache_storage import HiCacheStorage, HiCacheStorageConfig
+from hicache_storage.config import SDK_OPTION_NAMES
+from hicache_storage.options import parse_options
+from hicache_storage.resilience import ResilienceOptions
+
+from .client import build_client
+from .options import RedisOptions, check_secret_types
+
+__all__ = ["RAW_PREFIX", "RawRedis"]
+
+#: Put after ``key_prefix`` in front of every key the raw client writes.
+RAW_PREFIX = "raw-baseline/"
+_DELETE_BATCH = 512
+
+
+def _flat(buffer: memoryview) -> memoryview:
+    return buffer if buffer.format == "B" and buffer.ndim == 1 else buffer.cast("B")
+
+
+class RawRedis:
+    """redis-py pipelines under ``<key_prefix>raw-baseline/``; satisfies ``hicache_storage.bench.RawClient``.
+
+    Not thread-safe: one call at a time. ``close()`` deletes every key this client wrote.
+    """
+
+    def __init__(self, client: Any, key_prefix: str, ttl_ms: int | None = None) -> None:
+        self.client = client
+        self.prefix = key_prefix + RAW_PREFIX
+        self._ttl_ms = ttl_ms
+        self._written: set[str] = set()
+
+    @classmethod
+    def from_config(cls, config: HiCacheStorageConfig) -> RawRedis:
+        """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
+        extra = dict(config.extra_config or {})
+        check_secret_types(extra)
+        options = parse_options(RedisOptions, {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES})
+        resilience = ResilienceOptions.from_config(extra.get("resilience"))
+        deadline = resilience.deadline_s if resilience is not None else HiCacheStorage.DEFAULT_IO_TIMEOUT_S
+        ttl_ms = None if options.ttl_s is None else max(1, round(options.ttl_s * 1000))
+        return cls(build_client(options, options.socket_timeout_s or deadline), options.key_prefix, ttl_ms)
+
+    def key(self, key: str) -> str:
+        """The Redis key the raw client uses for ``key``."""
+        return self.prefix + key
+
+    def set(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+        names = [self.prefix + key for key in keys]
+        pipe = self.client.pipeline(transaction=False)
+        for name, buffer in zip(names, buffers, strict=True):
+            pipe.set(name, _flat(buffer), px=self._ttl_ms)
+        replies = pipe.execute()
+        self._written.update(names)
+        return [reply is True for reply in replies]
+
+    def get(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(self.prefix + key)
+        results = []
+        for value, buffer in zip(pipe.execute(), buffers, strict=True):
+            view = _flat(buffer)
+            hit = value is not None and len(value) == view.nbytes
+            if hit:
+                view[:] = value
+            results.append(hit)
+        return results
+
+    def exists(self, keys: Sequence[str]) -> list[bool]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.exists(self.prefix + key)
+        return [bool(count) for count in pipe.execute()]
+
+    def close(self) -> None:
+        """Delete every key this client wrote, then close the client."""
+        names = sorted(self._written)
+        for begin in range(0, len(names), _DELETE_BATCH):
+            pipe = self.client.pipeline(transaction=False)
+            for name in names[begin : begin + _DELETE_BATCH]:
+                pipe.delete(name)
+            pipe.execute()
+        self._written.clear()
+        self.client.close()

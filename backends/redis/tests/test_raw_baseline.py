@@ -1,0 +1,88 @@
+"""The raw baseline the redis backend offers to ``hicache-storage bench``, against real servers."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+from hicache_storage_redis import RedisBackend
+from hicache_storage_redis.raw_baseline import RawRedis
+
+from hicache_storage import make_config
+from hicache_storage.bench import run_bench
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def options(request: pytest.FixtureRequest) -> dict[str, Any]:
+    prefix = f"t{secrets.token_hex(4)}:"
+    if request.param == "standalone":
+        return {"url": request.getfixturevalue("redis_url"), "key_prefix": prefix}
+    return {"cluster": True, "nodes": request.getfixturevalue("cluster_nodes"), "key_prefix": prefix}
+
+
+def pages(count: int, size: int) -> list[memoryview]:
+    return [memoryview(bytearray(os.urandom(size))) for _ in range(count)]
+
+
+def test_round_trip_exists_and_close(options: dict[str, Any]) -> None:
+    raw = RedisBackend.raw_baseline(make_config(extra_config=options))
+    assert isinstance(raw, RawRedis)
+    keys = [secrets.token_hex(8) for _ in range(5)]
+    data = [*pages(4, 4096), np.arange(2048, dtype=np.uint16).reshape(2, 1024).data]  # not flat bytes: cast
+    try:
+        assert raw.set(keys, data) == [True] * 5
+        assert raw.exists([*keys, "absent"]) == [True] * 5 + [False]
+        out = [*pages(5, 4096), memoryview(bytearray(10))]
+        assert raw.get([*keys, "absent"], out) == [True] * 5 + [False]
+        assert [bytes(view) for view in out[:5]] == [bytes(view) for view in data]
+        assert raw.get(keys[:1], [memoryview(bytearray(100))]) == [False]  # wrong size: a miss
+        stored = list(raw.client.scan_iter(match=f"{options['key_prefix']}*"))
+        assert sorted(stored) == sorted(f"{options['key_prefix']}raw-baseline/{key}".encode() for key in keys)
+    finally:
+        raw.close()
+    check = RedisBackend.raw_baseline(make_config(extra_config=options))
+    try:
+        assert check.exists(keys) == [False] * 5
+    finally:
+        check.close()
+
+
+def test_ttl_applies_to_raw_writes(redis_url: str) -> None:
+    raw = RawRedis.from_config(make_config(extra_config={"url": redis_url, "key_prefix": "t-ttl:", "ttl_s": 60}))
+    try:
+        raw.set(["k"], pages(1, 64))
+        assert 0 < raw.client.pttl(raw.key("k")) <= 60_000
+    finally:
+        raw.close()
+
+
+def test_bench_reports_ratios_against_redis_py(options: dict[str, Any]) -> None:
+    result = run_bench("redis", options, page_bytes=8192, pages=16, batch=8)
+    try:
+        assert result["byte_exact"]
+        assert result["raw"] is not None
+        assert result["raw"]["get"]["ok"] == 16
+        assert all(result["ratio_ours_over_raw"][op] > 0 for op in ("set", "exists", "get"))
+        print("redis" + (" cluster" if options.get("cluster") else ""), result["ratio_ours_over_raw"])
+    finally:
+        raw = RawRedis.from_config(make_config(extra_config=options))
+        leftover = list(raw.client.scan_iter(match=f"{options['key_prefix']}*"))
+        assert not [key for key in leftover if b"raw-baseline/" in key]
+        for key in leftover:
+            raw.client.delete(key)
+        raw.close()
+
+
+def test_server_down_raises_from_the_raw_client() -> None:
+    raw = RawRedis.from_config(make_config(extra_config={"url": "redis://127.0.0.1:1/0", "socket_timeout_s": 0.5}))
+    try:
+        with pytest.raises(redis.ConnectionError):
+            raw.exists(["k"])
+    finally:
+        raw.close()
