@@ -23,6 +23,7 @@ from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheSt
 from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_record, parse_header
 
 from .options import S3Options, check_secret_types
+from .raw_baseline import RawS3
 from .raw_store import S3RawStore
 from .redaction import protect_secrets
 
@@ -54,6 +55,11 @@ class S3Backend(HiCacheStorage):
         verifies_integrity=True,
     )
 
+    @staticmethod
+    def raw_baseline(config: HiCacheStorageConfig) -> RawS3:
+        """boto3 calls under ``<prefix>/raw-baseline/`` for ``hicache-storage bench`` to compare with."""
+        return RawS3.from_config(config)
+
     def __init__(self, config: HiCacheStorageConfig) -> None:
         check_secret_types(dict(getattr(config, "extra_config", None) or {}))
         super().__init__(config)
@@ -70,7 +76,12 @@ class S3Backend(HiCacheStorage):
             + r"[A-Za-z0-9][A-Za-z0-9._-]*"
         )
         if options.check_bucket:
-            self._check_bucket()
+            try:
+                self._check_bucket()
+            except BaseException:  # construction fails: release the client's connections and threads now
+                self._pool.shutdown(wait=False)
+                self._client.close()
+                raise
 
     # ------------------------------------------------------------ helpers
     @property
