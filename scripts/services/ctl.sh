@@ -102,6 +102,26 @@ mooncake_segment_ready() {
     [[ "$r" =~ $re ]] && [[ "${BASH_REMATCH[1]}" != "0 B"* ]]
 }
 
+# How many segments the master has mounted (a stopped holder's stays until --client_ttl expires).
+mooncake_segment_count() {
+    local r
+    r=$(http_get "$HICACHE_TEST_MOONCAKE_METRICS_PORT" /metrics) || return 1
+    grep -c '^segment_total_capacity_bytes{' <<<"$r" || true
+}
+
+# After the holder stops: wait until the master has dropped its segment, so no later write is
+# placed in memory nobody serves (bounded by the master's --client_ttl plus a margin).
+mooncake_wait_unmounted() {
+    local i n
+    mooncake_master_ready || return 0
+    for i in $(seq 1 $((HICACHE_TEST_MOONCAKE_CLIENT_TTL * 10 + 50))); do
+        n=$(mooncake_segment_count) || return 0
+        [ "$n" = 0 ] && return 0
+        sleep 0.1
+    done
+    hc_log "mooncake-segment: the master still lists $n segment(s) after the holder stopped"
+}
+
 unit_ready() {
     case "$1" in
         redis | redis-cluster-*) redis_ping "$(unit_port "$1")" ;;
@@ -182,6 +202,7 @@ start_unit() {
                 --http_metadata_server_port="$HICACHE_TEST_MOONCAKE_HTTP_PORT" \
                 --metrics_host="$H" --metrics_port="$HICACHE_TEST_MOONCAKE_METRICS_PORT" \
                 --rpc_thread_num=4 --enable_metric_reporting=false --logtostderr=true \
+                --client_ttl="$HICACHE_TEST_MOONCAKE_CLIENT_TTL" \
                 ${HICACHE_TEST_MOONCAKE_MASTER_ARGS:-})
             ;;
         mooncake-segment)
@@ -222,6 +243,7 @@ stop_unit() { # stop_unit UNIT [KILL]
         hc_kill "$dir/pid" "$(unit_pattern "$unit")" "$unit"
         hc_log "$unit: stopped"
     fi
+    if [ "$unit" = mooncake-segment ]; then mooncake_wait_unmounted; fi
 }
 
 status_unit() {

@@ -40,15 +40,22 @@ def _machine(harness: Harness) -> type[RuleBasedStateMachine]:
                     f"{how}: key {index} returned bytes other than version {expected}"
                 )
 
+        def _stats(self) -> str:
+            """The backend's statistics, for a failure message (empty when it has none)."""
+            get_stats = getattr(self.handle.backend, "get_stats", None)
+            return f"; backend stats: {get_stats()}" if callable(get_stats) else ""
+
         @rule(picked=indices, v0=st.booleans())
         def write(self, picked: list[int], v0: bool) -> None:
             self.version += 1
             unique = list(dict.fromkeys(picked))
             keys = [self.keys[i] for i in unique]
             if v0 or not harness.target.has_v1:
-                assert self.handle.set_v0(keys, self.version) is True, "batch_set failed"
+                done: object = self.handle.set_v0(keys, self.version)
+                assert done is True, f"batch_set returned {done!r}{self._stats()}"
             else:
-                assert self.handle.set_v1(keys, self.version) == [True] * len(keys), "batch_set_v1 failed"
+                done = self.handle.set_v1(keys, self.version)
+                assert done == [True] * len(keys), f"batch_set_v1 returned {done!r}{self._stats()}"
             for index in unique:
                 self.model[index] = self.version
 
