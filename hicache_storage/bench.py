@@ -3,9 +3,15 @@
 Raw baseline hook: a backend class may define ``raw_baseline(config) -> client`` (a static or class
 method) returning an object with ``set(keys, buffers)``, ``get(keys, buffers)`` (fill each buffer),
 ``exists(keys)`` and optionally ``close()``, doing the same work with the backend's own client and
-none of the SDK (no key space, no validation, no page format). The ratio column is raw time / SDK
-time for the same pages, i.e. our throughput over the raw client's (>= 1.0: the SDK is as fast).
-Backends without the hook show "no raw baseline".
+none of the SDK (no key space, no validation, no page format). Backends without the hook show
+"no raw baseline".
+
+Fairness: each side first runs one untimed set, exists and get on a batch of separate warm-up keys
+(connections, lazy set-up, caches). Then, batch by batch, the SDK call and the raw call of the same
+pages run back to back, and which goes first alternates from one pair to the next. The ratio of an
+operation is the median over pairs of raw seconds / SDK seconds, i.e. our throughput over the raw
+client's (>= 1.0: the SDK is as fast); a slow outlier or load drifting over the run hardly moves it.
+``ratio_of_totals`` (total raw time / total SDK time) is reported next to it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,44 +110,69 @@ def _indices(pool: HostKVPool, pages: range) -> torch.Tensor:
     return torch.arange(pages.start * pool.page_size, pages.stop * pool.page_size, dtype=torch.int64)
 
 
-def _timed(result: OpResult, call: Callable[[], int]) -> None:
-    begin = time.perf_counter()
-    ok = call()
-    result.latencies.append(time.perf_counter() - begin)
-    result.ok += ok
+# One side's call: (op, keys, pool pages those keys' buffers are) -> pages that succeeded.
+_Call = Callable[[str, list[str], range], int]
 
 
-def _sdk_run(backend: HiCacheStorage, pool: HostKVPool, keys: list[str], batch: int) -> dict[str, OpResult]:
-    page_bytes = pool.bytes_per_page
-    results = {op: OpResult(op, len(keys), page_bytes * len(keys) if op != "exists" else 0) for op in OPS}
+def _sdk_call(backend: HiCacheStorage, pool: HostKVPool) -> _Call:
+    def call(op: str, keys: list[str], pages: range) -> int:
+        if op == "exists":
+            return backend.batch_exists(keys)
+        method = backend.batch_set_v1 if op == "set" else backend.batch_get_v1
+        return sum(method(keys, _indices(pool, pages)))
+
+    return call
+
+
+def _raw_call(client: RawClient, buffers: list[memoryview]) -> _Call:
+    def call(op: str, keys: list[str], pages: range) -> int:
+        bufs = buffers[pages.start : pages.stop]
+        out = client.exists(keys) if op == "exists" else getattr(client, op)(keys, bufs)
+        return len(keys) if out is None else _count_ok(out, len(keys))
+
+    return call
+
+
+def _warm_up(calls: list[_Call], keys: list[str]) -> None:
+    """One untimed set, exists and get per side on ``keys`` (pages ``0..len(keys)``)."""
+    for call in calls:
+        for op in OPS:
+            call(op, keys, range(len(keys)))
+
+
+def _paired_run(
+    sdk: _Call, raw: _Call | None, keys: list[str], batch: int, page_bytes: int
+) -> tuple[dict[str, OpResult], dict[str, OpResult] | None]:
+    """Time every batch of every operation on both sides, back to back, alternating which goes first."""
+
+    def results() -> dict[str, OpResult]:
+        return {op: OpResult(op, len(keys), page_bytes * len(keys) if op != "exists" else 0) for op in OPS}
+
+    sides = [(sdk, results())]
+    if raw is not None:
+        sides.append((raw, results()))
+    turn = 0
     for op in OPS:
         for pages in _batches(len(keys), batch):
-            chunk, idx = keys[pages.start : pages.stop], _indices(pool, pages)
-
-            def call(op: str = op, chunk: list[str] = chunk, idx: torch.Tensor = idx) -> int:
-                if op == "exists":
-                    return backend.batch_exists(chunk)
-                method = backend.batch_set_v1 if op == "set" else backend.batch_get_v1
-                return sum(method(chunk, idx))
-
-            _timed(results[op], call)
-    return results
+            chunk = keys[pages.start : pages.stop]
+            for call, result in sides if turn % 2 == 0 else sides[::-1]:
+                begin = time.perf_counter()
+                ok = call(op, chunk, pages)
+                result[op].latencies.append(time.perf_counter() - begin)
+                result[op].ok += ok
+            turn += 1
+    return sides[0][1], sides[1][1] if len(sides) > 1 else None
 
 
-def _raw_run(client: RawClient, pool: HostKVPool, keys: list[str], batch: int) -> dict[str, OpResult]:
-    page_bytes = pool.bytes_per_page
-    flat = [pool.get_data_page(i * pool.page_size).view(torch.uint8).numpy().data for i in range(len(keys))]
-    results = {op: OpResult(op, len(keys), page_bytes * len(keys) if op != "exists" else 0) for op in OPS}
+def _ratios(sdk: dict[str, OpResult], raw: dict[str, OpResult]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per operation: the median over batch pairs of raw / SDK seconds, and total raw / total SDK seconds."""
+    median: dict[str, Any] = {}
+    totals: dict[str, Any] = {}
     for op in OPS:
-        for pages in _batches(len(keys), batch):
-            chunk, bufs = keys[pages.start : pages.stop], flat[pages.start : pages.stop]
-
-            def call(op: str = op, chunk: list[str] = chunk, bufs: list[memoryview] = bufs) -> int:
-                out = client.exists(chunk) if op == "exists" else getattr(client, op)(chunk, bufs)
-                return len(chunk) if out is None else _count_ok(out, len(chunk))
-
-            _timed(results[op], call)
-    return results
+        pairs = [r / s for r, s in zip(raw[op].latencies, sdk[op].latencies, strict=True) if s > 0]
+        median[op] = statistics.median(pairs) if pairs else None
+        totals[op] = raw[op].seconds / sdk[op].seconds if sdk[op].seconds else None
+    return median, totals
 
 
 def _count_ok(out: object, default: int) -> int:
@@ -165,39 +197,42 @@ def raw_client_for(cls: type[HiCacheStorage], config: HiCacheStorageConfig) -> R
 def run_bench(
     backend: str, options: dict[str, Any] | None = None, *, page_bytes: int = 65536, pages: int = 1024, batch: int = 128
 ) -> dict[str, Any]:
-    """Benchmark ``backend``; returns ``{"sdk": {op: summary}, "raw": {...} | None, "ratio": {...}, ...}``."""
+    """Benchmark ``backend``; returns ``{"sdk": {op: summary}, "raw": {...} | None, "ratio_ours_over_raw": ...}``."""
     if pages < 1 or batch < 1:
         raise ValueError(f"--pages and --batch must be positive, got {pages} and {batch}")
     pool = _pool(page_bytes, pages)
     content = np.random.default_rng(0).integers(0, 256, size=pool.kv_buffer.numel(), dtype=np.uint8)
     pool.kv_buffer.view(-1).numpy()[:] = content
     keys = [hashlib.sha256(f"bench-{i}".encode()).hexdigest() for i in range(pages)]
-    config = make_config("bench", extra_config=dict(options or {}))
-    instance = load_backend(backend, config)
+    warm_keys = [hashlib.sha256(f"bench-warm-up-{i}".encode()).hexdigest() for i in range(min(batch, pages))]
+    instance = load_backend(backend, make_config("bench", extra_config=dict(options or {})))
+    cls, _info = resolve_backend(backend)
+    sim_model = hasattr(instance, "last_call_seconds")  # the sim backend's cost model
+    client: RawClient | None = None
     try:
         instance.register_mem_pool_host(pool)
         if instance.capabilities.supports_clear:
             instance.clear()
-        sdk = _sdk_run(instance, pool, keys, batch)
-        modelled = instance.stats.get("modelled_seconds") if hasattr(instance, "last_call_seconds") else None
+        client = raw_client_for(cls, make_config("bench", extra_config=dict(options or {})))
+        sdk_call = _sdk_call(instance, pool)
+        raw_call = None
+        if client is not None:  # raw buffers: copies of the pool's pages
+            buffers = [pool.get_data_page(i * pool.page_size).view(torch.uint8).numpy().data for i in range(pages)]
+            raw_call = _raw_call(client, buffers)
+        before = instance.stats.get("modelled_seconds")
+        _warm_up([sdk_call] if raw_call is None else [sdk_call, raw_call], warm_keys)
+        warm_up_modelled = instance.stats.get("modelled_seconds") - before
+        sdk, raw = _paired_run(sdk_call, raw_call, keys, batch, pool.bytes_per_page)
+        modelled = instance.stats.get("modelled_seconds") - warm_up_modelled if sim_model else None
         exact = bool(np.array_equal(pool.kv_buffer.view(-1).numpy(), content))
     finally:
-        instance.close()
-    cls, _info = resolve_backend(backend)
-    client = raw_client_for(cls, make_config("bench", extra_config=dict(options or {})))
-    raw = None
-    if client is not None:
         try:
-            raw = _raw_run(client, pool, keys, batch)
-        finally:
             close = getattr(client, "close", None)
             if close is not None:
                 close()
-    sdk_summary = {op: r.summary() for op, r in sdk.items()}
-    raw_summary = {op: r.summary() for op, r in raw.items()} if raw else None
-    ratio = (
-        {op: raw[op].seconds / sdk[op].seconds if sdk[op].seconds else None for op in OPS} if raw is not None else None
-    )
+        finally:
+            instance.close()
+    ratio, totals = _ratios(sdk, raw) if raw is not None else (None, None)
     return {
         "backend": backend,
         "page_bytes": pool.bytes_per_page,
@@ -205,9 +240,11 @@ def run_bench(
         "batch": batch,
         "byte_exact": exact,
         "modelled_seconds": modelled,
-        "sdk": sdk_summary,
-        "raw": raw_summary,
+        "sdk": {op: r.summary() for op, r in sdk.items()},
+        "raw": {op: r.summary() for op, r in raw.items()} if raw is not None else None,
         "ratio_ours_over_raw": ratio,
+        "ratio_of_totals": totals,
+        "warm_up_pages": len(warm_keys),
     }
 
 
@@ -215,7 +252,8 @@ def _table(result: dict[str, Any]) -> Table:
     raw = result["raw"]
     table = Table(
         title=f"bench {result['backend']}: {result['pages']} pages of {result['page_bytes']:,} B, "
-        f"batches of {result['batch']}" + ("" if raw else " (no raw baseline)")
+        f"batches of {result['batch']}" + ("" if raw else " (no raw baseline)"),
+        caption="ratio: ours/raw throughput, median over paired batches, after a warm-up" if raw else None,
     )
     for column in ("op", "calls", "GB/s", "pages/s", "p50 ms", "p90 ms", "p99 ms", "raw GB/s", "ratio"):
         table.add_column(column, justify="right")

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hicache_storage.bench import run_bench
+from hicache_storage.bench import OpResult, _ratios, run_bench
 from hicache_storage.commands import run
 from hicache_storage.registry import register_backend, unregister_backend
 
@@ -71,3 +73,116 @@ def test_bench_cli_without_baseline_says_so(capsys: pytest.CaptureFixture[str]) 
 def test_bench_rejects_bad_page_size(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["bench", "sim", "--page-bytes", "100"]) == 2
     assert "--page-bytes" in capsys.readouterr().err
+
+
+# --- fairness of the SDK / raw comparison -------------------------------------------------------
+
+Log = list[tuple[str, str, tuple[str, ...]]]
+
+
+class _RawLogged(_RawDict):
+    """Records every call in ``log``; sleeps ``pause`` per call, or ``slow`` on raw call number ``slow_call``."""
+
+    def __init__(self, log: Log, pause: float = 0.0, slow_call: int | None = None, slow: float = 0.0) -> None:
+        super().__init__()
+        self.log, self.pause, self.slow_call, self.slow, self.calls = log, pause, slow_call, slow, 0
+
+    def _enter(self, op: str, keys: list[str]) -> None:
+        self.log.append(("raw", op, tuple(keys)))
+        time.sleep(self.slow if self.calls == self.slow_call else self.pause)
+        self.calls += 1
+
+    def set(self, keys: list[str], buffers: list[memoryview]) -> list[bool]:
+        self._enter("set", keys)
+        return super().set(keys, buffers)
+
+    def get(self, keys: list[str], buffers: list[memoryview]) -> list[bool]:
+        self._enter("get", keys)
+        return super().get(keys, buffers)
+
+    def exists(self, keys: list[str]) -> int:
+        self._enter("exists", keys)
+        return super().exists(keys)
+
+
+@pytest.fixture
+def logged_backend() -> Iterator[Callable[..., Log]]:
+    """Registers ``sim-logged``: a sim backend and a ``_RawLogged`` raw client sharing one call log."""
+
+    def register(**raw_options: Any) -> Log:
+        log: Log = []
+
+        class Logged(sim.SimBackend):  # type: ignore[misc,name-defined]
+            def batch_set_v1(self, keys: list[str], *args: Any, **kwargs: Any) -> Any:
+                log.append(("sdk", "set", tuple(keys)))
+                return super().batch_set_v1(keys, *args, **kwargs)
+
+            def batch_get_v1(self, keys: list[str], *args: Any, **kwargs: Any) -> Any:
+                log.append(("sdk", "get", tuple(keys)))
+                return super().batch_get_v1(keys, *args, **kwargs)
+
+            def batch_exists(self, keys: list[str], *args: Any, **kwargs: Any) -> Any:
+                log.append(("sdk", "exists", tuple(keys)))
+                return super().batch_exists(keys, *args, **kwargs)
+
+            @staticmethod
+            def raw_baseline(config: Any) -> _RawLogged:
+                return _RawLogged(log, **raw_options)
+
+        register_backend("sim-logged", Logged, replace=True)
+        return log
+
+    yield register
+    unregister_backend("sim-logged")
+
+
+# The sim backend really sleeps 5 ms a call; the raw client sleeps 5 ms a call: steady-state ratio ~1.
+_SLEEPY_SIM = {"sleep": True, "sim_op_latency_us": 5000, "sim_write_gbps": 1000}
+
+
+def test_bench_warms_up_both_sides_then_alternates_batch_by_batch(logged_backend: Callable[..., Log]) -> None:
+    log = logged_backend()
+    result = run_bench("sim-logged", page_bytes=2048, pages=24, batch=8)
+    assert result["byte_exact"] and result["warm_up_pages"] == 8
+    ops = ("set", "exists", "get")
+    warm, timed = log[:6], log[6:]
+    # warm-up: one set, exists and get per side, on keys the timed run never uses
+    assert [(side, op) for side, op, _ in warm] == [(side, op) for side in ("sdk", "raw") for op in ops]
+    warm_keys = {key for *_, keys in warm for key in keys}
+    assert len(warm_keys) == 8 and not warm_keys & {key for *_, keys in timed for key in keys}
+    # then 3 batches per op, each an SDK call and a raw call of the same pages back to back
+    assert len(timed) == 2 * 3 * 3
+    firsts, seconds = timed[0::2], timed[1::2]
+    assert all(a[1:] == b[1:] and {a[0], b[0]} == {"sdk", "raw"} for a, b in zip(firsts, seconds, strict=True))
+    assert [op for _, op, _ in firsts] == [op for op in ops for _ in range(3)]
+    # which side goes first alternates from pair to pair, across operations too
+    assert [side for side, _, _ in firsts] == ["sdk", "raw"] * 4 + ["sdk"]
+    for op in ops:
+        assert result["sdk"][op]["calls"] == result["raw"][op]["calls"] == 3
+        assert result["sdk"][op]["ok"] == result["raw"][op]["ok"] == 24
+
+
+def test_bench_slow_first_raw_call_is_absorbed_by_warm_up(logged_backend: Callable[..., Log]) -> None:
+    logged_backend(pause=0.005, slow_call=0, slow=0.3)
+    result = run_bench("sim-logged", _SLEEPY_SIM, page_bytes=2048, pages=40, batch=8)
+    for op in ("set", "exists", "get"):
+        assert result["raw"][op]["p99_ms"] < 100, op  # the 300 ms call was not timed
+        assert 0.5 < result["ratio_ours_over_raw"][op] < 2.0, (op, result["ratio_ours_over_raw"])
+        assert 0.5 < result["ratio_of_totals"][op] < 2.0, (op, result["ratio_of_totals"])
+
+
+def test_bench_ratio_is_a_median_of_batch_pairs(logged_backend: Callable[..., Log]) -> None:
+    # raw calls 0-2 are the warm-up, 3-7 the timed sets: the second timed set takes 300 ms
+    logged_backend(pause=0.005, slow_call=4, slow=0.3)
+    result = run_bench("sim-logged", _SLEEPY_SIM, page_bytes=2048, pages=40, batch=8)
+    assert result["raw"]["set"]["p99_ms"] >= 250
+    assert 0.5 < result["ratio_ours_over_raw"]["set"] < 2.0, result["ratio_ours_over_raw"]
+    assert result["ratio_of_totals"]["set"] > 3.0, result["ratio_of_totals"]
+
+
+def test_ratios_median_over_pairs_and_ratio_of_totals() -> None:
+    sdk = {op: OpResult(op, 4, 0, latencies=[1.0, 2.0, 1.0, 1.0]) for op in ("set", "exists", "get")}
+    raw = {op: OpResult(op, 4, 0, latencies=[1.0, 2.0, 2.0, 20.0]) for op in ("set", "exists", "get")}
+    median, totals = _ratios(sdk, raw)
+    assert median["get"] == pytest.approx(1.5)  # pair ratios 1, 1, 2, 20
+    assert totals["get"] == pytest.approx(25.0 / 5.0)
