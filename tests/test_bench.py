@@ -28,6 +28,22 @@ def test_bench_sim_reports_sane_numbers() -> None:
     assert result["modelled_seconds"] == pytest.approx(13 * 100e-6 + 2 * 64 * 4096 / 5e9)
 
 
+class _HollowReads(sim.SimBackend):  # type: ignore[misc,name-defined]
+    """Claims every read succeeded without bringing any bytes back."""
+
+    def read_pages(self, keys: Any, pages: Any) -> list[bool]:
+        return [True] * len(keys)
+
+
+def test_bench_byte_check_catches_reads_that_bring_nothing_back() -> None:
+    register_backend("sim-hollow", _HollowReads, replace=True)
+    try:
+        result = run_bench("sim-hollow", page_bytes=4096, pages=16, batch=8)
+    finally:
+        unregister_backend("sim-hollow")
+    assert result["sdk"]["get"]["ok"] == 16 and result["byte_exact"] is False
+
+
 class _RawDict:
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
