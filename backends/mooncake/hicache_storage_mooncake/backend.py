@@ -2,10 +2,11 @@
 
 Every object is a 32-byte header followed by the page's segments back to back (see
 :mod:`hicache_storage_mooncake.record`). The host pool's buffer and a header arena are registered
-with the transfer engine, so pages travel by pointer:
+with the transfer engine, so with ``transfer: zero_copy`` pages travel by pointer:
 
 - writes: ``batch_put_from_multi_buffers`` of [header, segment, ...]. Mooncake has no multi-buffer
-  upsert and ``put`` keeps an old value, so the batch's keys are removed (``force``) first;
+  upsert and ``put`` keeps an old value, so the batch's keys are removed (``force``) first, on a
+  helper thread while the headers and checksums are computed;
 - reads: ``batch_get_into_multi_buffers`` into [header slot, segment, ...]; the page is a hit only
   when exactly header + page bytes arrived and the header matches (magic, version, digest of the
   object key, payload length) and, with ``verify_checksum`` (default), the XXH3-64 of the segments,
@@ -13,11 +14,15 @@ with the transfer engine, so pages travel by pointer:
 
 Mooncake's force-remove and upsert do not wait for readers, and freed memory is reused at once: a
 read racing an overwrite can receive another object's bytes. The header check turns that into a
-miss. Pages outside registered memory (v0 flat tensors) go through a registered staging buffer
-holding header and payload contiguously (``batch_upsert_from`` / ``batch_get_into``), so v0 and v1
-pages are interchangeable. A batch in which every key fails with RPC_FAIL (master unreachable)
-raises :class:`BackendFault`, which the SDK turns into misses / ``False`` and feeds to the circuit
-breaker; other negative codes are per-key failures counted as ``mooncake_<code name>``.
+miss. Pages can instead be staged (option ``transfer``; always for pages outside registered
+memory, such as v0 flat tensors): header and payload are copied contiguously into a slab of the
+registered staging buffer and moved as one buffer (``batch_upsert_from`` / ``batch_get_into``).
+Over TCP that is faster for small segments, each buffer of a transfer costing a request of its
+own. Both ways store the same object, so staged and zero-copy clients read each other's pages.
+
+A batch in which every key fails with RPC_FAIL (master unreachable) raises :class:`BackendFault`,
+which the SDK turns into misses / ``False`` and feeds to the circuit breaker; other negative codes
+are per-key failures counted as ``mooncake_<code name>``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -37,14 +43,28 @@ from hicache_storage.page_buffers import PageBuffers
 
 from .client import OBJECT_NOT_FOUND, RPC_FAIL, CallGate, code_name, import_store, open_store
 from .options import MooncakeOptions
+from .raw_baseline import RawMooncake
 from .record import HEADER_SIZE, RecordCheck, check_header, key_digest, pack_header, payload_checksum
 
-__all__ = ["HEADER_SLABS", "MooncakeBackend", "MooncakeRawStore"]
+__all__ = [
+    "AUTO_STAGE_BELOW_SEGMENT_BYTES",
+    "HEADER_SLABS",
+    "STAGING_SLABS",
+    "MooncakeBackend",
+    "MooncakeRawStore",
+    "SlabArena",
+]
 
 #: How long ``close()`` waits for calls in flight before giving up on closing the client.
 CLOSE_WAIT_S = 30.0
 #: Header slabs (of ``max_batch_size`` headers each) in the arena: calls running at once before one waits.
 HEADER_SLABS = 16
+#: The staging buffer is split into this many slabs, so this many staged calls can run at once.
+STAGING_SLABS = 4
+#: ``transfer: auto`` over TCP stages pages whose segments average less than this: TCP moves each
+#: buffer of a multi-buffer transfer as a request of its own, at a fixed cost (about 25 µs here)
+#: that a copy of a smaller segment undercuts.
+AUTO_STAGE_BELOW_SEGMENT_BYTES = 256 << 10
 #: How long a call waits for a free header slab before failing (counted as a fault).
 SLAB_WAIT_S = 30.0
 
@@ -67,16 +87,23 @@ def _address(segment: memoryview) -> int:
     return int(np.frombuffer(segment, np.uint8).__array_interface__["data"][0])
 
 
-class HeaderArena:
-    """Registered memory for object headers, lent out in slabs of ``per_slab`` headers (one slab per call)."""
+class SlabArena:
+    """Registered memory lent out in slabs of ``per_slab`` items of ``item_bytes`` (one slab per call).
 
-    def __init__(self, slabs: int, per_slab: int) -> None:
+    Calls running at once each hold their own slab, so they never share bytes; a call finding
+    no free slab within ``SLAB_WAIT_S`` fails with :class:`BackendFault`.
+    """
+
+    def __init__(self, slabs: int, per_slab: int, item_bytes: int, what: str) -> None:
         self.per_slab = per_slab
-        self.slab_bytes = per_slab * HEADER_SIZE
+        self.item_bytes = item_bytes
+        self.what = what
+        self.slab_bytes = per_slab * item_bytes
         self.tensor = torch.zeros(slabs * self.slab_bytes, dtype=torch.uint8)
         self.base = int(self.tensor.data_ptr())
         self.size = slabs * self.slab_bytes
-        self.view = self.tensor.numpy().data.cast("B")
+        self.array = self.tensor.numpy()
+        self.view = self.array.data.cast("B")
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for slab in range(slabs):
             self._free.put(slab * self.slab_bytes)
@@ -87,7 +114,7 @@ class HeaderArena:
         try:
             offset = self._free.get(timeout=SLAB_WAIT_S)
         except queue.Empty:
-            raise BackendFault(f"no free header slab within {SLAB_WAIT_S} s") from None
+            raise BackendFault(f"no free {self.what} slab within {SLAB_WAIT_S} s") from None
         try:
             yield offset
         finally:
@@ -114,43 +141,65 @@ class MooncakeBackend(HiCacheStorage):
         verifies_integrity=True,
     )
 
+    @staticmethod
+    def raw_baseline(config: HiCacheStorageConfig) -> RawMooncake:
+        """Mooncake batch calls through a registered staging buffer for ``hicache-storage bench`` to compare with."""
+        return RawMooncake.from_config(config)
+
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
         options: MooncakeOptions = self.options
         self.key_prefix = options.key_prefix
         self.verify_checksum = bool(options.verify_checksum)
+        declared = type(self).capabilities
         if not self.verify_checksum:  # key and length still checked, payload corruption is not seen
-            self.capabilities = dataclasses.replace(type(self).capabilities, verifies_integrity=False)  # type: ignore[misc]
+            declared = dataclasses.replace(declared, verifies_integrity=False)
+        if options.transfer == "staged":  # every page is copied through the staging slabs
+            declared = dataclasses.replace(declared, zero_copy=False)
+        if declared is not type(self).capabilities:
+            self.capabilities = declared  # type: ignore[misc]
         _, replicate_cls = import_store()
         self._replicate = replicate_cls()
         self._replicate.replica_num = options.replica_num
         self._gate = CallGate()
         self._store: Any = open_store(options)
         self._regions: list[tuple[int, int]] = []
-        self._headers: HeaderArena | None = None
-        self._staging: torch.Tensor | None = None
-        self._staging_pages = 0
-        self._staging_lock = threading.Lock()
+        self._headers: SlabArena | None = None
+        self._staging: SlabArena | None = None
+        self._setup_lock = threading.Lock()
+        self._remove_pool: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------ set-up
     def on_register_pool(self, pool: Any) -> None:
-        """Register the pool's buffer(s), the header arena and a staging buffer with the transfer engine."""
+        """Register the pool's buffer(s), the header arena and the staging slabs with the transfer engine."""
         buffers = pool.kv_buffer if isinstance(pool.kv_buffer, (list, tuple)) else [pool.kv_buffer]
         for tensor in buffers:
             self._register(int(tensor.data_ptr()), int(tensor.numel() * tensor.element_size()))
         page_bytes = self.keyspace.page_bytes if self.keyspace is not None else 0
         record_bytes = HEADER_SIZE + page_bytes
-        pages = max(1, int(self.options.staging_buffer_size) // record_bytes)
-        with self._staging_lock:
+        per_slab = max(1, int(self.options.staging_buffer_size) // STAGING_SLABS // record_bytes)
+        with self._setup_lock:
             if self._headers is None:
-                arena = HeaderArena(HEADER_SLABS, max(1, int(self.capabilities.max_batch_size or 1)))
+                arena = SlabArena(
+                    HEADER_SLABS, max(1, int(self.capabilities.max_batch_size or 1)), HEADER_SIZE, "header"
+                )
                 if not self._register(arena.base, arena.size):
                     raise BackendFault("Mooncake could not register the header arena")
                 self._headers = arena
-            if self._staging is None:
-                self._staging = torch.empty(pages * record_bytes, dtype=torch.uint8)
-                self._staging_pages = pages
-                self._register(int(self._staging.data_ptr()), pages * record_bytes)
+            if self._staging is None or self._staging.item_bytes != record_bytes:
+                staging = SlabArena(STAGING_SLABS, per_slab, record_bytes, "staging")
+                if self._register(staging.base, staging.size):
+                    self._staging = staging
+
+    def _remover(self) -> ThreadPoolExecutor:
+        """The thread running a write's ``batch_remove`` while the caller prepares headers (built on first use)."""
+        pool = self._remove_pool
+        if pool is None:
+            with self._setup_lock:
+                if self._remove_pool is None:
+                    self._remove_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-mooncake-remove")
+                pool = self._remove_pool
+        return pool
 
     def _register(self, ptr: int, size: int) -> bool:
         if size <= 0:
@@ -189,8 +238,18 @@ class MooncakeBackend(HiCacheStorage):
                 self.stats.bump(code_name(code))
         return values
 
+    def _stages_everything(self, pages: Sequence[PageBuffers]) -> bool:
+        """Whether ``transfer`` sends these pages through the staging slabs (see :class:`MooncakeOptions`)."""
+        mode = self.options.transfer
+        if mode == "auto" and self.options.protocol == "tcp" and pages:
+            segments = pages[0]
+            return sum(segment.nbytes for segment in segments) < AUTO_STAGE_BELOW_SEGMENT_BYTES * len(segments)
+        return bool(mode == "staged")
+
     def _plan(self, pages: Sequence[PageBuffers]) -> tuple[list[int], list[list[int]], list[list[int]], list[int]]:
         """Split pages into direct (index, pointers, sizes) and staged (indices) transfers."""
+        if self._stages_everything(pages):
+            return [], [], [], list(range(len(pages)))
         direct: list[int] = []
         ptrs: list[list[int]] = []
         sizes: list[list[int]] = []
@@ -206,17 +265,12 @@ class MooncakeBackend(HiCacheStorage):
                 staged.append(index)
         return direct, ptrs, sizes, staged
 
-    def _staging_chunks(self, staged: list[int]) -> Iterator[list[int]]:
-        step = max(1, self._staging_pages)
-        for begin in range(0, len(staged), step):
-            yield staged[begin : begin + step]
-
-    def _staging_view(self) -> tuple[np.ndarray, int]:
+    def _staging_arena(self) -> SlabArena:
         if self._staging is None:
-            raise BackendFault("no staging buffer: register_mem_pool_host was not called")
-        return self._staging.numpy(), int(self._staging.data_ptr())
+            raise BackendFault("no staging buffer: register_mem_pool_host was not called (or registration failed)")
+        return self._staging
 
-    def _arena(self) -> HeaderArena:
+    def _arena(self) -> SlabArena:
         if self._headers is None:
             raise BackendFault("no header arena: register_mem_pool_host was not called")
         return self._headers
@@ -290,41 +344,48 @@ class MooncakeBackend(HiCacheStorage):
         """Remove, then put [header, segments...] for pages in registered memory (at most one slab)."""
         arena = self._arena()
         out = [False] * len(names)
-        with arena.slab() as slab:
-            all_ptrs: list[list[int]] = []
-            all_sizes: list[list[int]] = []
-            for n, page in enumerate(pages):  # headers (and checksums) before the remove: a short gap
-                offset = slab + n * HEADER_SIZE
-                pack_header(arena.view, offset, sum(sizes[n]), self._digest(page), key_digest(names[n]))
-                all_ptrs.append([arena.base + offset, *ptrs[n]])
-                all_sizes.append([HEADER_SIZE, *sizes[n]])
-            with self._gate:
-                removed = self._check(self._store.batch_remove(names, True), len(names), "batch_remove")
-                # A key whose old object could not be removed is not put: put would keep the old value.
-                todo = [n for n, code in enumerate(removed) if code in (0, OBJECT_NOT_FOUND)]
-                if not todo:
-                    return out
-                codes = self._check(
-                    self._store.batch_put_from_multi_buffers(
-                        [names[n] for n in todo],
-                        [all_ptrs[n] for n in todo],
-                        [all_sizes[n] for n in todo],
-                        self._replicate,
-                    ),
-                    len(todo),
-                    "batch_put_from_multi_buffers",
-                )
+        with arena.slab() as slab, self._gate:
+            # The remove waits on the master with the GIL released: hash and pack the headers meanwhile.
+            removing = self._remover().submit(self._store.batch_remove, names, True)
+            try:
+                all_ptrs: list[list[int]] = []
+                all_sizes: list[list[int]] = []
+                for n, page in enumerate(pages):
+                    offset = slab + n * HEADER_SIZE
+                    pack_header(arena.view, offset, sum(sizes[n]), self._digest(page), key_digest(names[n]))
+                    all_ptrs.append([arena.base + offset, *ptrs[n]])
+                    all_sizes.append([HEADER_SIZE, *sizes[n]])
+            finally:
+                removed_codes = removing.result()
+            removed = self._check(removed_codes, len(names), "batch_remove")
+            # A key whose old object could not be removed is not put: put would keep the old value.
+            todo = [n for n, code in enumerate(removed) if code in (0, OBJECT_NOT_FOUND)]
+            if not todo:
+                return out
+            codes = self._check(
+                self._store.batch_put_from_multi_buffers(
+                    [names[n] for n in todo],
+                    [all_ptrs[n] for n in todo],
+                    [all_sizes[n] for n in todo],
+                    self._replicate,
+                ),
+                len(todo),
+                "batch_put_from_multi_buffers",
+            )
         for n, code in zip(todo, codes, strict=True):
             out[n] = code == 0
         return out
 
     def _write_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
-        with self._staging_lock:
-            host, base = self._staging_view()
-            view = host.data.cast("B")
-            for chunk in self._staging_chunks(staged):
+        """Copy [header, page] records into a staging slab and upsert them, one slab-full at a time."""
+        arena = self._staging_arena()
+        host, view = arena.array, arena.view
+        self.stats.bump("mooncake_staged_writes", len(staged))
+        with arena.slab() as slab:
+            for begin in range(0, len(staged), arena.per_slab):
+                chunk = staged[begin : begin + arena.per_slab]
                 chunk_ptrs, chunk_sizes = [], []
-                offset = 0
+                offset = slab
                 for index in chunk:
                     start = offset
                     offset += HEADER_SIZE
@@ -334,7 +395,7 @@ class MooncakeBackend(HiCacheStorage):
                     length = offset - start - HEADER_SIZE
                     digest = self._digest([view[start + HEADER_SIZE : offset]])
                     pack_header(view, start, length, digest, key_digest(mkeys[index]))
-                    chunk_ptrs.append(base + start)
+                    chunk_ptrs.append(arena.base + start)
                     chunk_sizes.append(offset - start)
                 with self._gate:
                     codes = self._check(
@@ -378,15 +439,18 @@ class MooncakeBackend(HiCacheStorage):
         return code == expected
 
     def _read_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
-        with self._staging_lock:
-            host, base = self._staging_view()
-            view = host.data.cast("B")
-            for chunk in self._staging_chunks(staged):
+        """Get records into a staging slab, check each, then copy the good pages out; one slab-full at a time."""
+        arena = self._staging_arena()
+        host, view = arena.array, arena.view
+        self.stats.bump("mooncake_staged_reads", len(staged))
+        with arena.slab() as slab:
+            for begin in range(0, len(staged), arena.per_slab):
+                chunk = staged[begin : begin + arena.per_slab]
                 totals = [HEADER_SIZE + sum(segment.nbytes for segment in pages[index]) for index in chunk]
-                starts = [sum(totals[:n]) for n in range(len(chunk))]
+                starts = [slab + sum(totals[:n]) for n in range(len(chunk))]
                 with self._gate:
                     codes = self._check(
-                        self._store.batch_get_into([mkeys[i] for i in chunk], [base + s for s in starts], totals),
+                        self._store.batch_get_into([mkeys[i] for i in chunk], [arena.base + s for s in starts], totals),
                         len(chunk),
                         "batch_get_into",
                     )
@@ -434,6 +498,8 @@ class MooncakeBackend(HiCacheStorage):
         if not self._gate.shut(CLOSE_WAIT_S):
             self.stats.bump("mooncake_close_abandoned")
             return
+        if self._remove_pool is not None:
+            self._remove_pool.shutdown(wait=True)
         store, self._store = self._store, None
         if store is None:
             return

@@ -13,7 +13,10 @@ from dataclasses import dataclass, fields
 
 from hicache_storage import ConfigError
 
-__all__ = ["ENV_FALLBACKS", "MooncakeOptions", "parse_size"]
+__all__ = ["ENV_FALLBACKS", "TRANSFER_MODES", "MooncakeOptions", "parse_size"]
+
+#: Values of the ``transfer`` option.
+TRANSFER_MODES = ("auto", "zero_copy", "staged")
 
 #: Option name → environment variable read when the option is not given.
 ENV_FALLBACKS: dict[str, str] = {
@@ -72,8 +75,14 @@ class MooncakeOptions:
       takes about 4.4 s when no master answers.
     - ``key_prefix``: prepended to every object key; ``clear()`` removes only this deployment's keys
       under it.
-    - ``staging_buffer_size``: registered buffer that pages outside the host pool (v0 flat tensors)
-      are copied through.
+    - ``staging_buffer_size``: registered memory that staged pages are copied through, split in
+      4 slabs so 4 staged calls can run at once (each slab holds at least one page).
+    - ``transfer``: how pool pages travel. ``"zero_copy"``: by pointer, one transfer buffer per
+      page segment plus one for the header. ``"staged"``: copied with their header into a staging
+      slab and moved as one buffer per page (``batch_upsert_from`` / ``batch_get_into``).
+      ``"auto"`` (default): staged over TCP when the page's segments average under 256 KiB
+      (TCP pays a fixed cost per buffer), zero-copy otherwise. Pages outside the registered pool
+      (v0 flat tensors) are always staged.
     - ``replica_num``: replicas of each object.
     - ``verify_checksum``: write and check the XXH3-64 of each page (default ``True``). ``False``
       still checks the header (object key digest and length) but neither hashes nor verifies the
@@ -93,6 +102,7 @@ class MooncakeOptions:
     staging_buffer_size: int | str = 32 << 20
     replica_num: int = 1
     verify_checksum: bool = True
+    transfer: str = "auto"
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -128,6 +138,11 @@ class MooncakeOptions:
             raise ConfigError("extra_config.staging_buffer_size", "must be > 0")
         if not isinstance(self.verify_checksum, bool):
             raise ConfigError("extra_config.verify_checksum", f"expected true or false, got {self.verify_checksum!r}")
+        if self.transfer not in TRANSFER_MODES:
+            raise ConfigError(
+                "extra_config.transfer",
+                f"expected one of {', '.join(map(repr, TRANSFER_MODES))}, got {self.transfer!r}",
+            )
         if self.replica_num < 1:
             raise ConfigError("extra_config.replica_num", f"must be >= 1, got {self.replica_num}")
 

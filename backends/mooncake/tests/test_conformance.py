@@ -1,7 +1,9 @@
 """The conformance suite against the mooncake backend and a real mooncake_master.
 
-The fault category kills the master (``ctl.sh kill mooncake-master``) and starts it again; the
-integrity category reaches stored objects through ``raw_store()`` (the backend's own client).
+The test pools have small segments, so the default ``transfer: auto`` stages every page; a second
+class runs the data-path categories with ``transfer: zero_copy``. The fault category kills the
+master (``ctl.sh kill mooncake-master``) and starts it again; the integrity category reaches
+stored objects through ``raw_store()`` (the backend's own client).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 from hicache_storage_conformance import BackendConformance
+from hicache_storage_conformance.base import category_of
 from mooncake_support import client_options, ctl, ensure_running
 
 pytestmark = pytest.mark.timeout(120)
@@ -30,3 +33,23 @@ class TestMooncakeConformance(BackendConformance):
 
     def start_server(self, backend: Any) -> None:
         ctl("start", "mooncake")
+
+
+#: The categories whose outcome depends on how pages travel; the others run once, above.
+ZERO_COPY_CATEGORIES = ("roundtrip", "batch", "overwrite", "integrity", "concurrency", "model")
+
+
+class TestMooncakeZeroCopyConformance(BackendConformance):
+    """The data-path categories with pages moved by pointer (``transfer: zero_copy``)."""
+
+    backend = "mooncake"
+    max_examples: ClassVar[int] = 12
+
+    @pytest.fixture(autouse=True)
+    def data_path_only(self, request: pytest.FixtureRequest) -> None:
+        if category_of(type(self), request.function.__name__) not in ZERO_COPY_CATEGORIES:
+            pytest.skip(f"zero_copy runs {', '.join(ZERO_COPY_CATEGORIES)}; the class above runs every category")
+
+    def backend_options(self, tmp_path: Path) -> dict[str, Any]:
+        ensure_running()
+        return client_options(transfer="zero_copy")

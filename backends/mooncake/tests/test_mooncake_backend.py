@@ -16,7 +16,7 @@ from hicache_storage_mooncake.options import parse_size
 from hicache_storage_mooncake.record import FLAG_UNHASHED, HEADER_SIZE, MAGIC, key_digest, payload_checksum
 from mooncake_support import PAGE_SIZE, client_options, ctl, indices, keys_for, make_pool, page_bytes
 
-from hicache_storage import BackendFault, ConfigError, available_backends, make_config
+from hicache_storage import BackendFault, ConfigError, HostKVPool, available_backends, make_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,6 +45,7 @@ def test_options_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"master_server_address": "h:1", "key_prefix": "a b"}, "key_prefix"),
         ({"master_server_address": "h:1", "global_segment_size": "lots"}, "global_segment_size"),
         ({"master_server_address": "h:1", "verify_checksum": "yes"}, "verify_checksum"),
+        ({"master_server_address": "h:1", "transfer": "rdma"}, "transfer"),
     ],
 )
 def test_options_rejected(monkeypatch: pytest.MonkeyPatch, values: dict[str, Any], option: str) -> None:
@@ -80,10 +81,14 @@ def test_missing_client_gives_install_hint() -> None:
 
 
 # ---------------------------------------------------------------- data path
+TRANSFERS = ("zero_copy", "staged")
+
+
+@pytest.mark.parametrize("transfer", TRANSFERS)
 @pytest.mark.parametrize(("layout", "is_mla"), [("page_first", False), ("layer_first", False), ("page_first", True)])
-def test_round_trip_v1(open_backend: Any, layout: str, is_mla: bool) -> None:
+def test_round_trip_v1(open_backend: Any, layout: str, is_mla: bool, transfer: str) -> None:
     pool = make_pool(layout, is_mla)
-    backend = open_backend(pool=pool)
+    backend = open_backend({"transfer": transfer}, pool=pool)
     keys = keys_for(4)
     expected = [page_bytes(pool, page) for page in range(4)]
     assert backend.batch_set_v1(keys, indices(0, 4)) == [True] * 4
@@ -91,6 +96,40 @@ def test_round_trip_v1(open_backend: Any, layout: str, is_mla: bool) -> None:
     assert backend.batch_exists(keys) == 4
     assert backend.batch_get_v1(keys, indices(8, 4)) == [True] * 4
     assert [page_bytes(pool, 8 + n) for n in range(4)] == expected
+    counters = backend.get_stats()["counters"]
+    staged = (counters.get("mooncake_staged_writes", 0), counters.get("mooncake_staged_reads", 0))
+    assert staged == ((4, 4) if transfer == "staged" else (0, 0))
+
+
+def test_staged_and_zero_copy_clients_read_each_others_pages(open_backend: Any) -> None:
+    pool = make_pool("layer_first")
+    staged = open_backend({"transfer": "staged"}, pool=pool)
+    direct = open_backend({"transfer": "zero_copy", "key_prefix": staged.key_prefix}, pool=pool)
+    keys = keys_for(4)
+    assert staged.batch_set_v1(keys[:2], indices(0, 2)) == [True, True]
+    assert direct.batch_set_v1(keys[2:], indices(2, 2)) == [True, True]
+    assert direct.batch_get_v1(keys, indices(4, 4)) == [True] * 4
+    assert staged.batch_get_v1(keys, indices(8, 4)) == [True] * 4
+    expected = [page_bytes(pool, n) for n in range(4)]
+    assert [page_bytes(pool, 4 + n) for n in range(4)] == expected
+    assert [page_bytes(pool, 8 + n) for n in range(4)] == expected
+
+
+def test_auto_transfer_stages_small_segments_over_tcp(open_backend: Any) -> None:
+    """``auto`` copies pages whose segments average under 256 KiB; 256 KiB segments travel by pointer."""
+    small = open_backend(pool=make_pool())  # segments of a few hundred bytes
+    keys = keys_for(2)
+    assert small.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    assert small.get_stats()["counters"]["mooncake_staged_writes"] == 2
+    big_pool = HostKVPool(num_pages=4, page_size=32, layer_num=4, head_num=8, head_dim=128, layout="page_first")
+    assert [s.nbytes for s in big_pool.page_segments(0)] == [256 << 10, 256 << 10]
+    big = open_backend(pool=big_pool)
+    assert big.batch_set_v1(keys, torch.arange(0, 64)) == [True, True]
+    assert big.batch_get_v1(keys, torch.arange(64, 128)) == [True, True]
+    assert "mooncake_staged_writes" not in big.get_stats()["counters"]
+    assert bytes(big_pool.get_data_page(64).view(torch.uint8).numpy()) == bytes(
+        big_pool.get_data_page(0).view(torch.uint8).numpy()
+    )
 
 
 def test_v0_round_trip_and_cross_surface(open_backend: Any) -> None:
@@ -110,10 +149,11 @@ def test_v0_round_trip_and_cross_surface(open_backend: Any) -> None:
     assert page_bytes(pool, 5) == page_bytes(pool, 0)
 
 
-def test_overwrite_takes_new_bytes(open_backend: Any) -> None:
+@pytest.mark.parametrize("transfer", TRANSFERS)
+def test_overwrite_takes_new_bytes(open_backend: Any, transfer: str) -> None:
     for layout, mla in (("page_first", False), ("page_first", True)):
         pool = make_pool(layout, mla)
-        backend = open_backend(pool=pool)
+        backend = open_backend({"transfer": transfer}, pool=pool)
         (key,) = keys_for(1)
         assert backend.batch_set_v1([key], indices(0, 1)) == [True]
         assert backend.batch_set_v1([key], indices(1, 1)) == [True]
@@ -149,11 +189,12 @@ def test_stored_object_is_header_then_page(open_backend: Any) -> None:
     assert backend.capabilities.verifies_integrity is True
 
 
+@pytest.mark.parametrize("transfer", TRANSFERS)
 @pytest.mark.parametrize("verify", [True, False])
-def test_another_keys_bytes_are_a_miss(open_backend: Any, verify: bool) -> None:
+def test_another_keys_bytes_are_a_miss(open_backend: Any, verify: bool, transfer: str) -> None:
     """What a read racing an overwrite can receive (reused memory): another object's header and page."""
     pool = make_pool()
-    backend = open_backend({"verify_checksum": verify}, pool=pool)
+    backend = open_backend({"verify_checksum": verify, "transfer": transfer}, pool=pool)
     mine, other = keys_for(2)
     assert backend.batch_set_v1([mine, other], indices(0, 2)) == [True, True]
     raw = backend.raw_store()
@@ -164,10 +205,13 @@ def test_another_keys_bytes_are_a_miss(open_backend: Any, verify: bool) -> None:
     assert page_bytes(pool, 5) == page_bytes(pool, 1)
 
 
-def test_corruption_detection_follows_verify_checksum(open_backend: Any) -> None:
+@pytest.mark.parametrize("transfer", TRANSFERS)
+def test_corruption_detection_follows_verify_checksum(open_backend: Any, transfer: str) -> None:
     pool = make_pool()
-    checked = open_backend(pool=pool)
-    unchecked = open_backend({"key_prefix": checked.key_prefix, "verify_checksum": False}, pool=pool)
+    checked = open_backend({"transfer": transfer}, pool=pool)
+    unchecked = open_backend(
+        {"key_prefix": checked.key_prefix, "verify_checksum": False, "transfer": transfer}, pool=pool
+    )
     assert unchecked.capabilities.verifies_integrity is False
     assert type(unchecked).capabilities.verifies_integrity is True
     (key,) = keys_for(1)
