@@ -5,9 +5,14 @@ client's writes of the same bytes back to back, then our ``batch_get_v1`` and th
 reads, alternating which side goes first. Reported: median seconds per batch, GB/s, and the ratio
 ours/raw of throughput (>= 1.0 means ours is as fast or faster) as the median over repetitions of
 each repetition's ratio, which drifting machine load affects less than a ratio of two medians.
+Every timed call follows an untimed pause (``--settle-ms``, default 20) in which the server
+finishes work the previous call left (Redis frees the values a SET replaced); without it, the raw
+client timed against itself read 1.10-1.41 at batch 32. ``--control`` adds, per section and
+batch, a row timing the raw client against itself on keys of its own: what the method reads for
+equal code on this machine, next to the figures for ours.
 
     source scripts/services/env.sh && bash scripts/services/start.sh redis redis-cluster s3
-    .venv/bin/python benchmarks/bench_network.py [--sections redis,redis-cluster,s3,fsspec] [--reps 7]
+    .venv/bin/python benchmarks/bench_network.py [--sections redis,redis-cluster,s3,fsspec] [--reps 7] [--control]
 
 A section is a function ``(settings, pool, args) -> Section``; add one to ``SECTIONS`` to cover
 another backend.
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import secrets
@@ -195,31 +201,54 @@ def timer(samples: list[float]) -> Iterator[None]:
     samples.append(time.perf_counter() - begin)
 
 
-def measure(section: Section, pool: HostKVPool, batch: int, reps: int) -> dict[str, Any]:
+def measure(
+    section: Section, pool: HostKVPool, batch: int, reps: int, *, settle_s: float = 0.0, control: bool = False
+) -> dict[str, Any]:
+    """One row: both sides' medians and ratios for ``batch`` pages (see the module docstring).
+
+    ``settle_s``: an untimed pause before every timed call. ``control``: the "ours" side is the raw
+    client again, on keys of its own, so the ratios show what the method reads for equal code.
+    """
     page_bytes = int(pool.bytes_per_page)
     keys = [hashlib.sha256(f"{secrets.token_hex(4)}{i}".encode()).hexdigest() for i in range(batch)]
+    twin_keys = [f"control-{key}" for key in keys]
     src = torch.arange(0, batch * PAGE_TOKENS)
     dst = torch.arange(batch * PAGE_TOKENS, 2 * batch * PAGE_TOKENS)
     values = [b"".join(pool.page_segments(i * PAGE_TOKENS)) for i in range(batch)]
+
+    def ours_set() -> bool:
+        if control:
+            section.raw_set(twin_keys, values)
+            return True
+        return all(section.backend.batch_set_v1(keys, src))
+
+    def ours_get() -> bool:
+        if control:
+            return section.raw_get(twin_keys) == values
+        return all(section.backend.batch_get_v1(keys, dst))
+
     times: dict[str, list[float]] = {"ours_set": [], "raw_set": [], "ours_get": [], "raw_get": []}
     for rep in range(reps + 1):  # the first repetition warms connections and is discarded
         sink: dict[str, list[float]] = times if rep > 0 else {k: [] for k in times}
         ours_first = rep % 2 == 0  # alternate which side goes first, so order effects cancel
         for side in ("ours", "raw") if ours_first else ("raw", "ours"):
+            time.sleep(settle_s)
             with timer(sink[side + "_set"]):
                 if side == "ours":
-                    ok_set = section.backend.batch_set_v1(keys, src)
+                    ok_set = ours_set()
                 else:
                     section.raw_set(keys, values)
         for side in ("ours", "raw") if ours_first else ("raw", "ours"):
+            time.sleep(settle_s)
             with timer(sink[side + "_get"]):
                 if side == "ours":
-                    ok_get = section.backend.batch_get_v1(keys, dst)
+                    ok_get = ours_get()
                 else:
                     got = section.raw_get(keys)
-        if not (all(ok_set) and all(ok_get)) or got != values:
+        if not (ok_set and ok_get) or got != values:
             raise RuntimeError(f"{section.name}: a round trip failed at batch {batch}")
-    row: dict[str, Any] = {"section": section.name, "batch": batch, "page_bytes": page_bytes}
+    name = f"{section.name} (control)" if control else section.name
+    row: dict[str, Any] = {"section": name, "batch": batch, "page_bytes": page_bytes, "settle_s": settle_s}
     for name, samples in times.items():
         row[name + "_s"] = statistics.median(samples)
         row[name + "_gbps"] = batch * page_bytes / row[name + "_s"] / 1e9
@@ -237,6 +266,10 @@ def main() -> int:
     parser.add_argument("--batches", default="32,128", help="batch sizes (pages per call)")
     parser.add_argument("--reps", type=int, default=7, help="measured repetitions (median reported)")
     parser.add_argument("--workers", type=int, default=16, help="S3 thread count / fsspec concurrency, both sides")
+    parser.add_argument("--settle-ms", type=float, default=20.0, help="untimed pause before every timed call")
+    parser.add_argument(
+        "--control", action="store_true", help="also run each section raw against raw (what equal code reads as)"
+    )
     parser.add_argument("--json", dest="json_path", help="also write the rows to this JSON file")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -244,17 +277,20 @@ def main() -> int:
     pool = make_pool(max(batches))
     rows = []
     columns = ("ours set", "raw set", "ratio", "ours get", "raw get", "ratio")
-    header = f"{'section':<14}{'batch':>6}" + "".join(f"{c:>{7 if c == 'ratio' else 11}}" for c in columns)
-    print(f"page {pool.bytes_per_page // 1024} KiB, median of {args.reps}; columns in GB/s, ratio = ours/raw")
+    header = f"{'section':<24}{'batch':>6}" + "".join(f"{c:>{7 if c == 'ratio' else 11}}" for c in columns)
+    print(
+        f"page {pool.bytes_per_page // 1024} KiB, median of {args.reps}, {args.settle_ms:g} ms settle; "
+        "columns in GB/s, ratio = ours/raw"
+    )
     print(header)
     for name in args.sections.split(","):
         section = SECTIONS[name](env, pool, args)
         try:
-            for batch in batches:
-                row = measure(section, pool, batch, args.reps)
+            for batch, control in itertools.product(batches, (False, True) if args.control else (False,)):
+                row = measure(section, pool, batch, args.reps, settle_s=args.settle_ms / 1e3, control=control)
                 rows.append(row)
                 print(
-                    f"{row['section']:<14}{batch:>6}{row['ours_set_gbps']:>11.3f}{row['raw_set_gbps']:>11.3f}"
+                    f"{row['section']:<24}{batch:>6}{row['ours_set_gbps']:>11.3f}{row['raw_set_gbps']:>11.3f}"
                     f"{row['set_ratio']:>7.2f}{row['ours_get_gbps']:>11.3f}{row['raw_get_gbps']:>11.3f}"
                     f"{row['get_ratio']:>7.2f}",
                     flush=True,
