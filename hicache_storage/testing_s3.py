@@ -21,7 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AuthS3Server", "IamKey"]
+from .testing import PAGE_SIZE, page_indices
+
+__all__ = [
+    "REFUSED_CASES",
+    "AuthS3Server",
+    "IamKey",
+    "assert_calls_miss",
+    "assert_hidden",
+    "assert_not_logged",
+    "refused_key",
+]
+
+#: The ways :func:`refused_key` makes credentials the server refuses.
+REFUSED_CASES = ("unknown_key", "wrong_secret", "no_permission")
 
 
 @dataclass(frozen=True)
@@ -145,3 +158,42 @@ class AuthS3Server:
                 self._process.wait(timeout=5)
         self._log.close()
         Path(self._log.name).unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------ checks for tests
+def refused_key(server: AuthS3Server, case: str) -> IamKey:
+    """Credentials ``server`` refuses: an unknown key, the writer's key with a wrong secret, or the outsider's."""
+    token = secrets.token_hex(12)
+    if case == "unknown_key":
+        return IamKey("AKIA" + secrets.token_hex(8).upper(), f"secret-of-nobody-{token}")
+    if case == "wrong_secret":
+        return IamKey(server.writer.access_key_id, f"wrong-secret-{token}")
+    if case == "no_permission":
+        return server.outsider
+    raise ValueError(f"unknown case {case!r}; expected one of {REFUSED_CASES}")
+
+
+def assert_hidden(key: IamKey, *texts: str) -> None:
+    """Neither the secret nor the access key id of ``key`` appears in any of ``texts``."""
+    for text in texts:
+        assert key.secret_access_key not in text
+        assert key.access_key_id not in text
+
+
+def assert_not_logged(caplog: Any, secret: str) -> None:
+    """No record captured by pytest's ``caplog`` (botocore's among them, which must be there) holds ``secret``."""
+    assert any(record.name.startswith("botocore") for record in caplog.records), "botocore records not captured"
+    assert [record.name for record in caplog.records if secret in record.getMessage()] == []
+    assert secret not in caplog.text
+
+
+def assert_calls_miss(backend: Any, pool: Any, keys: list[str]) -> None:
+    """Every batch call of ``backend`` returns misses / ``False`` (an exception fails the caller) and counts a fault."""
+    count = len(keys)
+    assert backend.batch_exists(keys) == 0
+    assert backend.batch_exists_each(keys) == [False] * count
+    assert backend.batch_get_v1(keys, page_indices(8, count)) == [False] * count
+    assert backend.batch_set_v1(keys, page_indices(0, count)) == [False] * count
+    assert backend.batch_get(keys) == [None] * count
+    assert backend.batch_set(keys, [pool.get_data_page(p * PAGE_SIZE) for p in range(count)]) is False
+    assert backend.stats.total_faults() > 0

@@ -111,6 +111,7 @@ def test_s3fs_stopped_server_gives_bounded_misses_then_recovers(
 ) -> None:
     options = {"url": f"s3://{bucket}/fault", "storage_options": s3_storage_options(env), "resilience": FAST}
     backend = open_backend(options)
+
     def start() -> None:
         control("start", "s3")
         SERVICES.s3_bucket(bucket, env)  # moto keeps no state

@@ -15,24 +15,31 @@ from typing import Any
 
 import pytest
 import torch
-from fsspec_support import AuthS3Server, IamKey
 from hicache_storage_fsspec import FsspecBackend
 
-from hicache_storage import ConfigError, HostKVPool, make_config
+from hicache_storage import ConfigError, make_config
 from hicache_storage.testing import (
     FAST_RESILIENCE,
-    PAGE_SIZE,
     make_backend,
     make_pool,
     page_bytes,
     page_indices,
     random_keys,
 )
+from hicache_storage.testing_s3 import (
+    REFUSED_CASES,
+    AuthS3Server,
+    IamKey,
+    assert_calls_miss,
+    assert_hidden,
+    assert_not_logged,
+    refused_key,
+)
 
 pytest.importorskip("s3fs")
 pytestmark = pytest.mark.timeout(60)
 
-REFUSED = ["unknown_key", "wrong_secret", "no_permission"]
+REFUSED = list(REFUSED_CASES)
 
 
 @pytest.fixture(scope="module")
@@ -51,38 +58,6 @@ def options(server: AuthS3Server, key: IamKey | None, prefix: str | None = None,
         storage.update(key=key.access_key_id, secret=key.secret_access_key)
     url = f"s3://{server.bucket}/{prefix or 't' + secrets.token_hex(4)}"
     return {"url": url, "storage_options": storage, "resilience": FAST_RESILIENCE, **extra}
-
-
-def refused_key(server: AuthS3Server, case: str) -> IamKey:
-    token = secrets.token_hex(12)
-    if case == "unknown_key":
-        return IamKey("AKIA" + secrets.token_hex(8).upper(), f"secret-of-nobody-{token}")
-    if case == "wrong_secret":
-        return IamKey(server.writer.access_key_id, f"wrong-secret-{token}")
-    return server.outsider
-
-
-def assert_hidden(key: IamKey, *texts: str) -> None:
-    for text in texts:
-        assert key.secret_access_key not in text
-        assert key.access_key_id not in text
-
-
-def assert_not_logged(caplog: pytest.LogCaptureFixture, secret: str) -> None:
-    assert any(record.name.startswith("botocore") for record in caplog.records), "botocore records not captured"
-    assert [record.name for record in caplog.records if secret in record.getMessage()] == []
-    assert secret not in caplog.text
-
-
-def assert_refused_calls_miss(backend: FsspecBackend, pool: HostKVPool, keys: list[str]) -> None:
-    """Every batch call returns misses / ``False`` (an exception would fail the test)."""
-    assert backend.batch_exists(keys) == 0
-    assert backend.batch_exists_each(keys) == [False] * len(keys)
-    assert backend.batch_get_v1(keys, page_indices(8, len(keys))) == [False] * len(keys)
-    assert backend.batch_set_v1(keys, page_indices(0, len(keys))) == [False] * len(keys)
-    assert backend.batch_get(keys) == [None] * len(keys)
-    assert backend.batch_set(keys, [pool.get_data_page(p * PAGE_SIZE) for p in range(len(keys))]) is False
-    assert backend.stats.total_faults() > 0
 
 
 def test_valid_keys_round_trip_is_byte_exact(server: AuthS3Server, caplog: pytest.LogCaptureFixture) -> None:
@@ -146,7 +121,7 @@ def test_refused_credentials_without_the_check_give_misses(
     prefix = writer.root.split("/", 1)[1]
     backend = make_backend(FsspecBackend, options(server, key, prefix, check_bucket=False), pool)
     try:
-        assert_refused_calls_miss(backend, pool, keys)
+        assert_calls_miss(backend, pool, keys)
         assert_hidden(key, repr(backend), str(backend.get_stats()))
         assert writer.batch_exists(keys) == 2
     finally:
@@ -165,7 +140,7 @@ def test_key_revoked_while_running_gives_misses(server: AuthS3Server, caplog: py
     try:
         assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
         server.revoke("rotated", key)
-        assert_refused_calls_miss(backend, pool, keys)
+        assert_calls_miss(backend, pool, keys)
         assert_hidden(key, repr(backend), str(backend.get_stats()))
     finally:
         backend.close()

@@ -1,14 +1,12 @@
-"""Helpers of the s3 backend tests: the test servers of this checkout (scripts/services), S3 options,
-and a private moto server that enforces IAM authentication."""
+"""Helpers of the s3 backend tests: the test servers of this checkout (scripts/services) and S3 options."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from hicache_storage.testing import TestServices, s3_client
-from hicache_storage.testing_s3 import AuthS3Server, IamKey
 
-__all__ = ["SERVICES", "AuthS3Server", "IamKey", "control", "s3_client", "s3_options", "settings"]
+__all__ = ["SERVICES", "control", "s3_client", "s3_options", "settings"]
 
 SERVICES = TestServices(Path(__file__).resolve().parents[3])
 settings = SERVICES.settings

@@ -138,6 +138,7 @@ def test_unreachable_endpoint_does_not_fail_construction() -> None:
 
 def test_server_stopped_then_restarted(env: dict[str, str], open_backend: Any, bucket: str) -> None:
     backend = open_backend({"resilience": FAST})
+
     def start() -> None:
         control("start", "s3")
         SERVICES.s3_bucket(bucket, env)  # moto keeps no state

@@ -16,22 +16,29 @@ from typing import Any
 import pytest
 import torch
 from hicache_storage_s3 import S3Backend
-from s3_support import AuthS3Server, IamKey
 
-from hicache_storage import ConfigError, HostKVPool, make_config
+from hicache_storage import ConfigError, make_config
 from hicache_storage.testing import (
     FAST_RESILIENCE,
-    PAGE_SIZE,
     make_backend,
     make_pool,
     page_bytes,
     page_indices,
     random_keys,
 )
+from hicache_storage.testing_s3 import (
+    REFUSED_CASES,
+    AuthS3Server,
+    IamKey,
+    assert_calls_miss,
+    assert_hidden,
+    assert_not_logged,
+    refused_key,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
-REFUSED = ["unknown_key", "wrong_secret", "no_permission"]
+REFUSED = list(REFUSED_CASES)
 
 
 @pytest.fixture(scope="module")
@@ -57,38 +64,6 @@ def options(server: AuthS3Server, key: IamKey | None, **extra: Any) -> dict[str,
         "resilience": FAST_RESILIENCE,
         **extra,
     }
-
-
-def refused_key(server: AuthS3Server, case: str) -> IamKey:
-    token = secrets.token_hex(12)
-    if case == "unknown_key":
-        return IamKey("AKIA" + secrets.token_hex(8).upper(), f"secret-of-nobody-{token}")
-    if case == "wrong_secret":
-        return IamKey(server.writer.access_key_id, f"wrong-secret-{token}")
-    return server.outsider
-
-
-def assert_hidden(key: IamKey, *texts: str) -> None:
-    for text in texts:
-        assert key.secret_access_key not in text
-        assert key.access_key_id not in text
-
-
-def assert_not_logged(caplog: pytest.LogCaptureFixture, secret: str) -> None:
-    assert any(record.name.startswith("botocore") for record in caplog.records), "botocore records not captured"
-    assert [record.name for record in caplog.records if secret in record.getMessage()] == []
-    assert secret not in caplog.text
-
-
-def assert_refused_calls_miss(backend: S3Backend, pool: HostKVPool, keys: list[str]) -> None:
-    """Every batch call returns misses / ``False`` (an exception would fail the test)."""
-    assert backend.batch_exists(keys) == 0
-    assert backend.batch_exists_each(keys) == [False] * len(keys)
-    assert backend.batch_get_v1(keys, page_indices(8, len(keys))) == [False] * len(keys)
-    assert backend.batch_set_v1(keys, page_indices(0, len(keys))) == [False] * len(keys)
-    assert backend.batch_get(keys) == [None] * len(keys)
-    assert backend.batch_set(keys, [pool.get_data_page(p * PAGE_SIZE) for p in range(len(keys))]) is False
-    assert backend.stats.total_faults() > 0
 
 
 def test_valid_keys_round_trip_is_byte_exact(server: AuthS3Server, caplog: pytest.LogCaptureFixture) -> None:
@@ -151,7 +126,7 @@ def test_refused_credentials_without_the_check_give_misses(
     key = refused_key(server, case)
     backend = make_backend(S3Backend, options(server, key, prefix=writer.root, check_bucket=False), pool)
     try:
-        assert_refused_calls_miss(backend, pool, keys)
+        assert_calls_miss(backend, pool, keys)
         assert_hidden(key, repr(backend), str(backend.get_stats()))
         assert writer.batch_exists(keys) == 2
     finally:
@@ -170,7 +145,7 @@ def test_key_revoked_while_running_gives_misses(server: AuthS3Server, caplog: py
     try:
         assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
         server.revoke("rotated", key)
-        assert_refused_calls_miss(backend, pool, keys)
+        assert_calls_miss(backend, pool, keys)
         assert_hidden(key, repr(backend), str(backend.get_stats()))
     finally:
         backend.close()
