@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from .config import make_config
@@ -37,6 +38,7 @@ from .interface import HiCacheStorage
 __all__ = [
     "FAST_RESILIENCE",
     "check_outage_and_recovery",
+    "check_raw_client",
     "PAGE_SIZE",
     "TestServices",
     "close_backends",
@@ -136,6 +138,25 @@ def close_backends(backends: Iterable[HiCacheStorage]) -> None:
         if not backend.closed:
             backend.clear()
             backend.close()
+
+
+def check_raw_client(raw: Any, count: int = 5, page_bytes: int = 4096) -> tuple[list[str], list[bytes]]:
+    """Exercise a ``raw_baseline`` client: set, exists, get byte-exact, and a wrong-size get is a miss.
+
+    The last page is a non-byte memoryview (uint16, 2-D), which the client must cast, not reject.
+    Returns the keys written and their bytes, for the caller's side-channel checks and ``close()``.
+    """
+    keys = [secrets.token_hex(8) for _ in range(count)]
+    data: list[memoryview] = [memoryview(bytearray(os.urandom(page_bytes))) for _ in range(count - 1)]
+    data.append(np.arange(page_bytes // 2, dtype=np.uint16).reshape(2, -1).data)
+    assert raw.set(keys, data) == [True] * count
+    assert raw.exists([*keys, "absent"]) == [True] * count + [False]
+    out = [memoryview(bytearray(page_bytes)) for _ in range(count)] + [memoryview(bytearray(10))]
+    assert raw.get([*keys, "absent"], out) == [True] * count + [False]
+    expected = [bytes(view) for view in data]
+    assert [bytes(view) for view in out[:count]] == expected
+    assert raw.get(keys[:1], [memoryview(bytearray(100))]) == [False]  # wrong size: a miss
+    return keys, expected
 
 
 # --------------------------------------------------------------------------- test servers

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from typing import Any
 
-import numpy as np
 import pytest
 from hicache_storage_fsspec import FsspecBackend
 from hicache_storage_fsspec.raw_baseline import RawFsspec
 
 from hicache_storage import make_config
 from hicache_storage.bench import run_bench
+from hicache_storage.testing import check_raw_client
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def pages(count: int, size: int) -> list[memoryview]:
-    return [memoryview(bytearray(os.urandom(size))) for _ in range(count)]
 
 
 def files_under(raw: RawFsspec, folder: str) -> list[str]:
@@ -32,15 +27,8 @@ def files_under(raw: RawFsspec, folder: str) -> list[str]:
 def test_round_trip_exists_and_close(location: dict[str, Any]) -> None:
     raw = FsspecBackend.raw_baseline(make_config(extra_config={**location, "concurrency": 4}))
     assert isinstance(raw, RawFsspec)
-    keys = [secrets.token_hex(8) for _ in range(5)]
-    data = [*pages(4, 4096), np.arange(2048, dtype=np.uint16).reshape(2, 1024).data]  # not flat bytes: cast
     try:
-        assert raw.set(keys, data) == [True] * 5
-        assert raw.exists([*keys, "absent"]) == [True] * 5 + [False]
-        out = [*pages(5, 4096), memoryview(bytearray(10))]
-        assert raw.get([*keys, "absent"], out) == [True] * 5 + [False]
-        assert [bytes(view) for view in out[:5]] == [bytes(view) for view in data]
-        assert raw.get(keys[:1], [memoryview(bytearray(100))]) == [False]  # wrong size: a miss
+        keys, _data = check_raw_client(raw)
         assert raw.folder.endswith("/raw-baseline")
         assert files_under(raw, raw.folder) == sorted(keys)
     finally:

@@ -6,7 +6,6 @@ import os
 import secrets
 from typing import Any
 
-import numpy as np
 import pytest
 import redis
 from hicache_storage_redis import RedisBackend
@@ -14,6 +13,7 @@ from hicache_storage_redis.raw_baseline import RawRedis
 
 from hicache_storage import make_config
 from hicache_storage.bench import run_bench
+from hicache_storage.testing import check_raw_client
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,15 +33,8 @@ def pages(count: int, size: int) -> list[memoryview]:
 def test_round_trip_exists_and_close(options: dict[str, Any]) -> None:
     raw = RedisBackend.raw_baseline(make_config(extra_config=options))
     assert isinstance(raw, RawRedis)
-    keys = [secrets.token_hex(8) for _ in range(5)]
-    data = [*pages(4, 4096), np.arange(2048, dtype=np.uint16).reshape(2, 1024).data]  # not flat bytes: cast
     try:
-        assert raw.set(keys, data) == [True] * 5
-        assert raw.exists([*keys, "absent"]) == [True] * 5 + [False]
-        out = [*pages(5, 4096), memoryview(bytearray(10))]
-        assert raw.get([*keys, "absent"], out) == [True] * 5 + [False]
-        assert [bytes(view) for view in out[:5]] == [bytes(view) for view in data]
-        assert raw.get(keys[:1], [memoryview(bytearray(100))]) == [False]  # wrong size: a miss
+        keys, _data = check_raw_client(raw)
         stored = list(raw.client.scan_iter(match=f"{options['key_prefix']}*"))
         assert sorted(stored) == sorted(f"{options['key_prefix']}raw-baseline/{key}".encode() for key in keys)
     finally:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from typing import Any
 
-import numpy as np
 import pytest
 from hicache_storage_s3 import S3Backend
 from hicache_storage_s3.raw_baseline import RawS3
@@ -14,6 +12,7 @@ from s3_support import s3_client, s3_options
 
 from hicache_storage import make_config
 from hicache_storage.bench import run_bench
+from hicache_storage.testing import check_raw_client
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,10 +20,6 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def options(env: dict[str, str], bucket: str) -> dict[str, Any]:
     return {**s3_options(env, bucket), "prefix": f"t{secrets.token_hex(4)}", "max_workers": 4}
-
-
-def pages(count: int, size: int) -> list[memoryview]:
-    return [memoryview(bytearray(os.urandom(size))) for _ in range(count)]
 
 
 def listed(env: dict[str, str], bucket: str, prefix: str) -> list[str]:
@@ -35,15 +30,8 @@ def listed(env: dict[str, str], bucket: str, prefix: str) -> list[str]:
 def test_round_trip_exists_and_close(env: dict[str, str], bucket: str, options: dict[str, Any]) -> None:
     raw = S3Backend.raw_baseline(make_config(extra_config=options))
     assert isinstance(raw, RawS3)
-    keys = [secrets.token_hex(8) for _ in range(5)]
-    data = [*pages(4, 4096), np.arange(2048, dtype=np.uint16).reshape(2, 1024).data]  # not flat bytes: cast
     try:
-        assert raw.set(keys, data) == [True] * 5
-        assert raw.exists([*keys, "absent"]) == [True] * 5 + [False]
-        out = [*pages(5, 4096), memoryview(bytearray(10))]
-        assert raw.get([*keys, "absent"], out) == [True] * 5 + [False]
-        assert [bytes(view) for view in out[:5]] == [bytes(view) for view in data]
-        assert raw.get(keys[:1], [memoryview(bytearray(100))]) == [False]  # wrong size: a miss
+        keys, _data = check_raw_client(raw)
         expected = sorted(f"{options['prefix']}/raw-baseline/{key}" for key in keys)
         assert listed(env, bucket, options["prefix"] + "/") == expected
     finally:
