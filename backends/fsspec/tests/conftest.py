@@ -42,6 +42,7 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
         return {"url": f"file://{tmp_path}/cache"}
     env = request.getfixturevalue("env")
     bucket = request.getfixturevalue("bucket")
+    SERVICES.s3_bucket(bucket, env, exist_ok=True)  # again: a fault test may have restarted the server since
     return {"url": f"s3://{bucket}/{tag}", "storage_options": s3_storage_options(env)}
 
 
