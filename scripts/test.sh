@@ -5,10 +5,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-bash scripts/setup.sh
+# This checkout's own environment, whatever HICACHE_VENV a shell that ran another checkout left set.
 VENV="$ROOT/.venv"
-export PATH="$VENV/bin:$PATH"
 export HICACHE_VENV="$VENV"
+bash scripts/setup.sh
+export PATH="$VENV/bin:$PATH"
 
 if [ -d scripts/services ]; then
   bash scripts/services/install.sh
