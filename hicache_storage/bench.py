@@ -247,7 +247,11 @@ def run_bench(
             if close is not None:
                 close()
         finally:
-            instance.close()
+            try:
+                if instance.capabilities.supports_clear:  # leave the store as found: no bench pages
+                    instance.clear()
+            finally:
+                instance.close()
     ratio, totals = _ratios(sdk, raw) if raw is not None else (None, None)
     return {
         "backend": backend,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -8,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from hicache_storage.bench import OpResult, _ratios, run_bench
+from hicache_storage.bench import OpResult, _pool, _ratios, run_bench
 from hicache_storage.commands import run
+from hicache_storage.config import make_config
 from hicache_storage.registry import register_backend, unregister_backend
 
 sim = pytest.importorskip("hicache_storage_sim")
@@ -26,6 +28,18 @@ def test_bench_sim_reports_sane_numbers() -> None:
     assert result["sdk"]["set"]["gb_per_s"] > 0 and result["sdk"]["exists"]["gb_per_s"] == 0
     # sim cost model: clear + 12 batch calls, 100 us each, + 2 x 64 pages x 4096 B at 5 GB/s
     assert result["modelled_seconds"] == pytest.approx(13 * 100e-6 + 2 * 64 * 4096 / 5e9)
+
+
+def test_bench_leaves_no_pages_behind() -> None:
+    result = run_bench("sim", {"store": "bench-cleanup"}, page_bytes=4096, pages=16, batch=8)
+    assert result["byte_exact"] and result["sdk"]["set"]["ok"] == 16
+    after = sim.SimBackend(make_config("bench", extra_config={"store": "bench-cleanup"}))
+    try:
+        after.register_mem_pool_host(_pool(4096, 16))  # the bench's pool shape: the same key space
+        keys = [hashlib.sha256(f"bench-{i}".encode()).hexdigest() for i in range(16)]
+        assert after.batch_exists(keys) == 0
+    finally:
+        after.close()
 
 
 class _HollowReads(sim.SimBackend):  # type: ignore[misc,name-defined]
