@@ -1,4 +1,5 @@
-"""Vectored whole-buffer I/O for backends: ``os.writev`` / ``os.preadv`` looped over short transfers, no copies.
+"""Vectored whole-buffer I/O for backends: ``os.writev`` / ``os.preadv`` / ``socket.sendmsg`` looped over
+short transfers, no copies.
 
 The common case (a few segments, a regular file) is one system call; the loop only runs for more
 than ``IOV_MAX`` buffers or a short write.
@@ -7,9 +8,10 @@ than ``IOV_MAX`` buffers or a short write.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Sequence
 
-__all__ = ["IOV_MAX", "preadv_all", "writev_all"]
+__all__ = ["IOV_MAX", "byte_views", "preadv_all", "sendmsg_all", "writev_all"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -19,7 +21,7 @@ except (AttributeError, ValueError, OSError):  # pragma: no cover - platform wit
     IOV_MAX = 1024
 
 
-def _byte_views(buffers: Sequence[Buffer]) -> list[memoryview]:
+def byte_views(buffers: Sequence[Buffer]) -> list[memoryview]:
     """Non-empty flat byte views of ``buffers`` (no copy)."""
     views = []
     for buffer in buffers:
@@ -48,13 +50,20 @@ def writev_all(fd: int, buffers: Sequence[Buffer], total: int) -> None:
     done = os.writev(fd, buffers) if len(buffers) <= IOV_MAX else 0
     if done == total:
         return
-    pending = _byte_views(buffers)
+    pending = byte_views(buffers)
     _advance(pending, done)
     while pending:
         written = os.writev(fd, pending[:IOV_MAX])
         if written <= 0:
             raise OSError(f"writev wrote {written} bytes with {sum(v.nbytes for v in pending)} pending")
         _advance(pending, written)
+
+
+def sendmsg_all(sock: socket.socket, buffers: Sequence[Buffer]) -> None:
+    """Send every byte of ``buffers`` in order on a stream socket (``sendmsg``, looped over partial sends)."""
+    pending = byte_views(buffers)
+    while pending:
+        _advance(pending, sock.sendmsg(pending[:IOV_MAX]))
 
 
 def preadv_all(fd: int, buffers: Sequence[memoryview | bytearray], offset: int = 0) -> int:
@@ -65,7 +74,7 @@ def preadv_all(fd: int, buffers: Sequence[memoryview | bytearray], offset: int =
     """
     if len(buffers) <= IOV_MAX:
         return os.preadv(fd, buffers, offset)
-    pending = _byte_views(buffers)
+    pending = byte_views(buffers)
     total = 0
     while pending:
         batch = pending[:IOV_MAX]

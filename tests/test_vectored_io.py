@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
+import threading
 from pathlib import Path
 
-from hicache_storage.vectored_io import IOV_MAX, preadv_all, writev_all
+from hicache_storage.vectored_io import IOV_MAX, preadv_all, sendmsg_all, writev_all
 
 
 def _segments(count: int, size: int) -> list[memoryview]:
@@ -56,3 +58,29 @@ def test_non_byte_views_are_written_as_bytes(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert path.read_bytes() == b"x" * (IOV_MAX + 1) + bytes(range(16))
+
+
+def test_sendmsg_all_sends_every_byte_across_partial_sends() -> None:
+    """More buffers than IOV_MAX and more bytes than the socket buffer: every byte arrives, in order."""
+    segments = [*_segments(IOV_MAX + 5, 7), memoryview(os.urandom(3 << 20)), memoryview(b"")]
+    expected = b"".join(segments)
+    left, right = socket.socketpair()
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)  # forces partial sends
+    received = bytearray()
+
+    def drain() -> None:
+        while len(received) < len(expected):
+            chunk = right.recv(1 << 16)
+            if not chunk:
+                break
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        sendmsg_all(left, segments)
+        reader.join(timeout=30)
+    finally:
+        left.close()
+        right.close()
+    assert bytes(received) == expected

@@ -34,6 +34,7 @@ from redis.exceptions import ResponseError
 
 from hicache_storage.lookahead import Lookahead
 from hicache_storage.page_format import HEADER_SIZE, checksum, encode_header
+from hicache_storage.vectored_io import byte_views, sendmsg_all
 
 __all__ = ["Filled", "GetGroup", "SetGroup", "get_pages", "set_pages"]
 
@@ -42,7 +43,6 @@ SetGroup = tuple[Any, Sequence[tuple[bytes, Sequence[memoryview]]]]
 #: Same shape for reads: the segments are filled from the stored record.
 GetGroup = SetGroup
 
-_IOV_MAX = 512  # buffers per sendmsg call (POSIX guarantees at least 16; Linux allows 1024)
 _READ_CHUNK = 1 << 16
 _CRLF = b"\r\n"
 
@@ -65,35 +65,13 @@ class Filled:
 
 
 # ------------------------------------------------------------------------------------------ sending
-def _views(buffers: Sequence[Any]) -> list[memoryview]:
-    out = []
-    for buffer in buffers:
-        view = memoryview(buffer)
-        if view.format != "B" or view.ndim != 1:
-            view = view.cast("B")
-        if view.nbytes:
-            out.append(view)
-    return out
-
-
 def _send(sock: Any, buffers: Sequence[Any]) -> None:
     """Send every byte of ``buffers``, in order (vectored where the socket allows it)."""
     if isinstance(sock, ssl.SSLSocket) or not hasattr(sock, "sendmsg"):
         for buffer in buffers:
             sock.sendall(buffer)
         return
-    views = _views(buffers)
-    first = 0
-    while first < len(views):
-        sent = sock.sendmsg(views[first : first + _IOV_MAX])
-        while sent:
-            size = views[first].nbytes
-            if sent >= size:
-                sent -= size
-                first += 1
-            else:
-                views[first] = views[first][sent:]
-                sent = 0
+    sendmsg_all(sock, buffers)
 
 
 def _set_prefix(key: bytes, header: bytes, payload: int, ttl_ms: int | None) -> bytes:
@@ -330,7 +308,7 @@ def _get_reply(reader: _Reader, segments: Sequence[memoryview], hasher: Executor
         reader.skip_crlf()
         return value
     header = reader.read(HEADER_SIZE)
-    views = _views(segments)
+    views = byte_views(segments)
     for view in views:
         reader.read_into(view)
     reader.skip_crlf()
