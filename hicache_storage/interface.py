@@ -412,6 +412,18 @@ class HiCacheStorage(ABC):
             self._closed = True
         self.release()
 
+    @classmethod
+    def options_from_config(cls, config: HiCacheStorageConfig) -> tuple[Any, float]:
+        """(parsed ``Options``, I/O timeout) an instance built from ``config`` would use, without building one.
+
+        For tools that talk to the same service with the backend's settings (e.g. a raw baseline).
+        The timeout is the one :attr:`io_timeout_s` gives; bad options raise :class:`ConfigError`.
+        """
+        extra = dict(config.extra_config or {})
+        options = parse_options(cls.Options, {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES})
+        resilience = ResilienceOptions.from_config(extra.get("resilience"))
+        return options, resilience.deadline_s if resilience is not None else cls.DEFAULT_IO_TIMEOUT_S
+
     @property
     def io_timeout_s(self) -> float:
         """The timeout (seconds) a backend should give its client for one I/O call.

@@ -203,3 +203,24 @@ def test_isolation_by_config(pool):
     mla0 = make(tp_rank=0, tp_size=2, is_mla_model=True)
     mla0.batch_set_v1(["m"], page_indices(1))
     assert make(tp_rank=1, tp_size=2, is_mla_model=True).batch_exists(["m"]) == 1
+
+
+def test_options_from_config_matches_what_an_instance_uses() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Opts:
+        size: int = 1
+
+    class WithOptions(MemoryBackend):
+        Options = Opts
+
+    config = make_config("m", extra_config={"size": 7, "namespace": "n", "resilience": {"deadline_s": 2.5}})
+    options, timeout = WithOptions.options_from_config(config)
+    instance = WithOptions(config)
+    assert options == instance.options == Opts(size=7)
+    assert timeout == instance.io_timeout_s == 2.5
+    assert WithOptions.options_from_config(make_config("m"))[1] == WithOptions.DEFAULT_IO_TIMEOUT_S
+    with pytest.raises(ConfigError, match=r"extra_config\.size"):
+        WithOptions.options_from_config(make_config("m", extra_config={"size": "big"}))
+

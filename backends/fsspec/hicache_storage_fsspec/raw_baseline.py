@@ -22,12 +22,7 @@ import fsspec
 from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
-from hicache_storage import HiCacheStorage, HiCacheStorageConfig
-from hicache_storage.config import SDK_OPTION_NAMES
-from hicache_storage.options import parse_options
-from hicache_storage.resilience import ResilienceOptions
-
-from .options import FsspecOptions
+from hicache_storage import HiCacheStorageConfig
 
 __all__ = ["RAW_FOLDER", "RawFsspec"]
 
@@ -57,12 +52,9 @@ class RawFsspec:
     @classmethod
     def from_config(cls, config: HiCacheStorageConfig) -> RawFsspec:
         """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
-        from .backend import _with_client_defaults  # the backend's client defaults (backend imports this module)
+        from .backend import FsspecBackend, _with_client_defaults  # (backend imports this module)
 
-        extra = dict(config.extra_config or {})
-        options = parse_options(FsspecOptions, {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES})
-        resilience = ResilienceOptions.from_config(extra.get("resilience"))
-        deadline = resilience.deadline_s if resilience is not None else HiCacheStorage.DEFAULT_IO_TIMEOUT_S
+        options, deadline = FsspecBackend.options_from_config(config)
         protocol = options.url.split("://", 1)[0] if "://" in options.url else "file"
         storage_options = _with_client_defaults(protocol, dict(options.storage_options), options.timeout_s or deadline)
         fs, root = fsspec.core.url_to_fs(options.url, **storage_options)

@@ -29,8 +29,6 @@ from typing import Any
 import numpy as np
 
 from hicache_storage import BackendFault, HiCacheStorageConfig
-from hicache_storage.config import SDK_OPTION_NAMES
-from hicache_storage.options import parse_options
 
 from .client import import_store, open_store
 from .options import MooncakeOptions
@@ -70,8 +68,10 @@ class RawMooncake:
     @classmethod
     def from_config(cls, config: HiCacheStorageConfig) -> RawMooncake:
         """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
-        extra = dict(config.extra_config or {})
-        return cls(parse_options(MooncakeOptions, {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES}))
+        from .backend import MooncakeBackend  # the backend's own option handling (backend imports this module)
+
+        options, _timeout = MooncakeBackend.options_from_config(config)
+        return cls(options)
 
     def key(self, key: str) -> str:
         """The Mooncake object key the raw client uses for ``key``."""

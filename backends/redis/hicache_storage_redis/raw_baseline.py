@@ -13,13 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hicache_storage import HiCacheStorage, HiCacheStorageConfig
-from hicache_storage.config import SDK_OPTION_NAMES
-from hicache_storage.options import parse_options
-from hicache_storage.resilience import ResilienceOptions
+from hicache_storage import HiCacheStorageConfig
 
 from .client import build_client
-from .options import RedisOptions, check_secret_types
+from .options import check_secret_types
 
 __all__ = ["RAW_PREFIX", "RawRedis"]
 
@@ -47,11 +44,10 @@ class RawRedis:
     @classmethod
     def from_config(cls, config: HiCacheStorageConfig) -> RawRedis:
         """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
-        extra = dict(config.extra_config or {})
-        check_secret_types(extra)
-        options = parse_options(RedisOptions, {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES})
-        resilience = ResilienceOptions.from_config(extra.get("resilience"))
-        deadline = resilience.deadline_s if resilience is not None else HiCacheStorage.DEFAULT_IO_TIMEOUT_S
+        from .backend import RedisBackend  # the backend's own option handling (backend imports this module)
+
+        check_secret_types(dict(config.extra_config or {}))
+        options, deadline = RedisBackend.options_from_config(config)
         ttl_ms = None if options.ttl_s is None else max(1, round(options.ttl_s * 1000))
         return cls(build_client(options, options.socket_timeout_s or deadline), options.key_prefix, ttl_ms)
 

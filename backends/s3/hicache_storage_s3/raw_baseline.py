@@ -17,12 +17,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from hicache_storage import HiCacheStorage, HiCacheStorageConfig
-from hicache_storage.config import SDK_OPTION_NAMES
-from hicache_storage.options import parse_options
-from hicache_storage.resilience import ResilienceOptions
+from hicache_storage import HiCacheStorageConfig
 
-from .options import S3Options, check_secret_types
+from .options import check_secret_types
 
 __all__ = ["RAW_FOLDER", "RawS3"]
 
@@ -56,13 +53,10 @@ class RawS3:
     @classmethod
     def from_config(cls, config: HiCacheStorageConfig) -> RawS3:
         """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
-        from .backend import _make_client  # the backend's own client construction (backend imports this module)
+        from .backend import S3Backend, _make_client  # the backend's own handling (backend imports this module)
 
-        extra = dict(config.extra_config or {})
-        check_secret_types(extra)
-        options = parse_options(S3Options, {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES})
-        resilience = ResilienceOptions.from_config(extra.get("resilience"))
-        deadline = resilience.deadline_s if resilience is not None else HiCacheStorage.DEFAULT_IO_TIMEOUT_S
+        check_secret_types(dict(config.extra_config or {}))
+        options, deadline = S3Backend.options_from_config(config)
         client = _make_client(options, options.timeout_s or deadline)
         return cls(client, options.bucket, options.root, options.max_workers)
 
