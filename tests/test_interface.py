@@ -223,4 +223,3 @@ def test_options_from_config_matches_what_an_instance_uses() -> None:
     assert WithOptions.options_from_config(make_config("m"))[1] == WithOptions.DEFAULT_IO_TIMEOUT_S
     with pytest.raises(ConfigError, match=r"extra_config\.size"):
         WithOptions.options_from_config(make_config("m", extra_config={"size": "big"}))
-
