@@ -106,35 +106,27 @@ class TlsCluster:
             process.kill()
             process.wait(10)
 
+    def _login(self) -> dict[str, Any]:
+        """redis-py keyword arguments: the all-keys user over TLS with the client certificate."""
+        return {
+            "username": USER,
+            "password": PASSWORD,
+            "ssl": True,
+            "ssl_ca_certs": str(self.tls.ca),
+            "ssl_certfile": str(self.tls.client_cert),
+            "ssl_keyfile": str(self.tls.client_key),
+            "socket_timeout": 2,
+        }
+
     def admin(self, port: int) -> redis.Redis:
         """A plain (non-cluster) TLS connection to one node as the all-keys user."""
-        return redis.Redis(
-            host=HOST,
-            port=port,
-            username=USER,
-            password=PASSWORD,
-            ssl=True,
-            ssl_ca_certs=str(self.tls.ca),
-            ssl_certfile=str(self.tls.client_cert),
-            ssl_keyfile=str(self.tls.client_key),
-            socket_timeout=2,
-            socket_connect_timeout=2,
-        )
+        return redis.Redis(host=HOST, port=port, socket_connect_timeout=2, **self._login())
 
     def raw_cluster(self) -> Any:
         """A redis-py cluster client as the all-keys user (to look behind the backend's back)."""
         from redis.cluster import ClusterNode, RedisCluster
 
-        return RedisCluster(
-            startup_nodes=[ClusterNode(HOST, port) for port in self.ports],
-            username=USER,
-            password=PASSWORD,
-            ssl=True,
-            ssl_ca_certs=str(self.tls.ca),
-            ssl_certfile=str(self.tls.client_cert),
-            ssl_keyfile=str(self.tls.client_key),
-            socket_timeout=2,
-        )
+        return RedisCluster(startup_nodes=[ClusterNode(HOST, port) for port in self.ports], **self._login())
 
     def _log_tail(self) -> str:
         tails = []
