@@ -235,7 +235,12 @@ class WorkloadReport:
     samples: list[Sample] = field(default_factory=list)
 
     def between(self, begin: float, end: float) -> list[Sample]:
+        """Rounds that ended in ``[begin, end)``."""
         return [s for s in self.samples if begin <= s.at < end]
+
+    def overlapping(self, begin: float, end: float) -> list[Sample]:
+        """Rounds that were running at some moment of ``[begin, end)``, wherever they ended."""
+        return [s for s in self.samples if s.at >= begin and s.at - s.seconds < end]
 
 
 class Workload:

@@ -58,6 +58,7 @@ def test_mooncake_master_killed_mid_run(services: PrivateServices) -> None:
         services.ctl("stop", "mooncake-segment")
         services.ctl("start", "mooncake")
         restored_at = time.monotonic()
+        record("mooncake.master_kill.outage_s", restored_at - fault_at)
         recovery = workload.wait_recovered(restored_at, 20)
     finally:
         stop.set()
@@ -70,8 +71,14 @@ def test_mooncake_master_killed_mid_run(services: PrivateServices) -> None:
         pytest.fail(f"close() raised after the master restart: {error!r}")
     assert_clean(workload)
     assert sum(s.hits for s in before) > 0, "nothing was verified before the fault"
-    outage = workload.report.between(fault_at, restored_at + 0.5)
-    assert any(s.set_ok < s.set_total for s in outage), f"the kill was not observed: {outage}"
+    # a round that began during the outage may end well after the restart (each call is bounded by
+    # the resilience deadline, not by the restart), so select rounds by overlap, not by end time
+    outage = workload.report.overlapping(fault_at, restored_at)
+    # the kill shows as a failed write or as a miss on pages just written (a write that reached the
+    # segment before the master died can still report success)
+    assert any(s.set_ok < s.set_total or s.hits < s.reads for s in outage), (
+        f"the kill was not observed in {restored_at - fault_at:.1f}s of outage: {outage}"
+    )
     worst = max((s.seconds for s in outage), default=0.0)
     assert worst < 3 * (RESILIENCE["deadline_s"] * 2 + 1), f"a round took {worst:.1f}s while the master was down"
     record("mooncake.master_kill.max_round_s_during_outage", worst)
