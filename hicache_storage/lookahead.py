@@ -89,6 +89,17 @@ class Lookahead(Generic[Item, Value]):
             raise error
         return value  # type: ignore[return-value]
 
+    def advance(self) -> bool:
+        """Compute the next value nobody has claimed, here; ``False`` when every value is claimed.
+
+        For a caller with idle time before it needs later values (a send waiting on a full socket).
+        """
+        index = self._claim()
+        if index is None:
+            return False
+        self._compute(index)
+        return True
+
     def close(self) -> None:
         """Stop the helper from claiming more items and wait for the one it is computing."""
         with self._done:

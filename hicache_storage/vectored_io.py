@@ -8,8 +8,9 @@ than ``IOV_MAX`` buffers or a short write.
 from __future__ import annotations
 
 import os
+import select
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["IOV_MAX", "byte_views", "preadv_all", "sendmsg_all", "writev_all"]
 
@@ -59,11 +60,55 @@ def writev_all(fd: int, buffers: Sequence[Buffer], total: int) -> None:
         _advance(pending, written)
 
 
-def sendmsg_all(sock: socket.socket, buffers: Sequence[Buffer]) -> None:
-    """Send every byte of ``buffers`` in order on a stream socket (``sendmsg``, looped over partial sends)."""
+def sendmsg_all(
+    sock: socket.socket, buffers: Sequence[Buffer], while_blocked: Callable[[], bool] | None = None
+) -> None:
+    """Send every byte of ``buffers`` in order on a stream socket (``sendmsg``, looped over partial sends).
+
+    With ``while_blocked``, the socket is driven without blocking for the call: whenever it cannot
+    take more bytes, ``while_blocked()`` runs on the calling thread (other work, such as the next
+    page's checksum) and says whether it did anything; once it has nothing left to do, the call
+    waits for the socket as a blocking send would, bounded by the socket's timeout
+    (``TimeoutError`` when it passes). The socket's blocking mode and timeout are restored.
+    """
     pending = byte_views(buffers)
+    if while_blocked is None:
+        while pending:
+            _advance(pending, sock.sendmsg(pending[:IOV_MAX]))
+        return
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        _send_working(sock, pending, while_blocked, timeout)
+    finally:
+        sock.settimeout(timeout)
+
+
+def _send_working(
+    sock: socket.socket, pending: list[memoryview], while_blocked: Callable[[], bool], timeout: float | None
+) -> None:
+    has_work = True
     while pending:
-        _advance(pending, sock.sendmsg(pending[:IOV_MAX]))
+        try:
+            _advance(pending, sock.sendmsg(pending[:IOV_MAX]))
+            continue
+        except BlockingIOError:
+            pass
+        if has_work:
+            has_work = while_blocked()
+            if has_work:
+                continue
+        if not _wait_writable(sock, timeout):
+            raise TimeoutError(f"socket not writable within {timeout} s")
+
+
+def _wait_writable(sock: socket.socket, timeout: float | None) -> bool:
+    """Whether ``sock`` became writable within ``timeout`` seconds (``None``: no limit)."""
+    if not hasattr(select, "poll"):  # pragma: no cover - platform without poll()
+        return bool(select.select([], [sock], [], timeout)[1])
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT)
+    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
 
 
 def preadv_all(fd: int, buffers: Sequence[memoryview | bytearray], offset: int = 0) -> int:

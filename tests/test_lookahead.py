@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -17,7 +18,8 @@ def test_values_in_order_without_executor() -> None:
     ahead.close()
 
 
-def test_each_value_computed_once_with_a_helper() -> None:
+def _counted_square() -> tuple[Callable[[int], int], Counter[int]]:
+    """``n * n``, and a counter of how often each ``n`` was computed (thread-safe)."""
     calls: Counter[int] = Counter()
     lock = threading.Lock()
 
@@ -26,6 +28,11 @@ def test_each_value_computed_once_with_a_helper() -> None:
             calls[n] += 1
         return n * n
 
+    return square, calls
+
+
+def test_each_value_computed_once_with_a_helper() -> None:
+    square, calls = _counted_square()
     with ThreadPoolExecutor(max_workers=1) as pool:
         for _ in range(50):
             calls.clear()
@@ -85,3 +92,30 @@ def test_an_error_is_raised_by_the_get_of_its_item() -> None:
             ahead.get(2)
         assert ahead.get(3) == 3 and ahead.get(4) == 4
         ahead.close()
+
+
+def test_advance_computes_the_next_unclaimed_value_once() -> None:
+    square, calls = _counted_square()
+    ahead = Lookahead(square, list(range(4)), None)
+    assert ahead.get(0) == 0
+    assert ahead.advance() and ahead.advance()  # items 1 and 2, ahead of their get()
+    assert calls == Counter({0: 1, 1: 1, 2: 1})
+    assert [ahead.get(i) for i in range(1, 4)] == [1, 4, 9]
+    assert not ahead.advance()  # every item claimed
+    ahead.close()
+    assert set(calls.values()) == {1} and len(calls) == 4
+
+
+def test_advance_and_a_helper_share_the_work() -> None:
+    square, calls = _counted_square()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for _ in range(20):
+            calls.clear()
+            ahead = Lookahead(square, list(range(64)), pool)
+            values = []
+            for i in range(64):
+                values.append(ahead.get(i))
+                ahead.advance()
+            ahead.close()
+            assert values == [n * n for n in range(64)]
+            assert set(calls.values()) == {1} and len(calls) == 64

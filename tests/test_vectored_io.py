@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from hicache_storage.vectored_io import IOV_MAX, preadv_all, sendmsg_all, writev_all
 
@@ -60,16 +64,20 @@ def test_non_byte_views_are_written_as_bytes(tmp_path: Path) -> None:
     assert path.read_bytes() == b"x" * (IOV_MAX + 1) + bytes(range(16))
 
 
-def test_sendmsg_all_sends_every_byte_across_partial_sends() -> None:
-    """More buffers than IOV_MAX and more bytes than the socket buffer: every byte arrives, in order."""
-    segments = [*_segments(IOV_MAX + 5, 7), memoryview(os.urandom(3 << 20)), memoryview(b"")]
-    expected = b"".join(segments)
+def _send_through_small_buffer(
+    buffers: list[memoryview], while_blocked: Callable[[], bool] | None = None, *, reader_delay_s: float = 0.0
+) -> tuple[bytes, float | None]:
+    """Send ``buffers`` over a socketpair with a 64 KiB send buffer (partial sends) and a timeout of
+    7 s; (bytes the peer received, the sender's timeout afterwards)."""
+    expected = sum(buffer.nbytes for buffer in buffers)
     left, right = socket.socketpair()
-    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)  # forces partial sends
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+    left.settimeout(7.0)
     received = bytearray()
 
     def drain() -> None:
-        while len(received) < len(expected):
+        time.sleep(reader_delay_s)
+        while len(received) < expected:
             chunk = right.recv(1 << 16)
             if not chunk:
                 break
@@ -78,9 +86,51 @@ def test_sendmsg_all_sends_every_byte_across_partial_sends() -> None:
     reader = threading.Thread(target=drain)
     reader.start()
     try:
-        sendmsg_all(left, segments)
+        sendmsg_all(left, buffers, while_blocked)
         reader.join(timeout=30)
+        return bytes(received), left.gettimeout()
     finally:
         left.close()
         right.close()
-    assert bytes(received) == expected
+
+
+def test_sendmsg_all_sends_every_byte_across_partial_sends() -> None:
+    """More buffers than IOV_MAX and more bytes than the socket buffer: every byte arrives, in order."""
+    segments = [*_segments(IOV_MAX + 5, 7), memoryview(os.urandom(3 << 20)), memoryview(b"")]
+    received, _timeout = _send_through_small_buffer(segments)
+    assert received == b"".join(segments)
+
+
+def test_sendmsg_all_works_while_the_socket_is_full_then_waits() -> None:
+    """``while_blocked`` runs only when the socket cannot take more; once it has nothing left to do,
+    the send waits for the reader; every byte arrives and the socket's timeout is restored."""
+    payload = memoryview(os.urandom(4 << 20))
+    jobs = list(range(5))
+    done: list[int] = []
+
+    def work() -> bool:
+        if not jobs:
+            return False
+        done.append(jobs.pop(0))
+        return True
+
+    # the reader starts late, so the sender finds the socket full first
+    received, timeout = _send_through_small_buffer([payload[:100], payload[100:]], work, reader_delay_s=0.05)
+    assert received == payload
+    assert timeout == 7.0
+    assert done == [0, 1, 2, 3, 4]  # all the work was done while waiting, each job once
+
+
+def test_sendmsg_all_with_work_times_out_like_a_blocking_send() -> None:
+    left, right = socket.socketpair()
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+    left.settimeout(0.2)
+    try:
+        begin = time.monotonic()
+        with pytest.raises(TimeoutError):
+            sendmsg_all(left, [os.urandom(8 << 20)], lambda: False)  # nobody reads
+        assert time.monotonic() - begin < 5
+        assert left.gettimeout() == 0.2
+    finally:
+        left.close()
+        right.close()

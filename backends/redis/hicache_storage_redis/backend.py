@@ -64,6 +64,7 @@ class RedisBackend(HiCacheStorage):
         self.key_prefix = options.key_prefix
         self._ttl_ms = None if options.ttl_s is None else max(1, round(options.ttl_s * 1000))
         self._chunk = options.pipeline_pages
+        self._hash_ahead = options.hashes_ahead
         self._client: Any = None
         self._hash_pool: ThreadPoolExecutor | None = None
         self._client_lock = threading.Lock()
@@ -108,7 +109,8 @@ class RedisBackend(HiCacheStorage):
         return replies
 
     def _hasher(self) -> ThreadPoolExecutor:
-        """The worker thread computing checksums while pages are on the wire (built on first use)."""
+        """The worker thread verifying read pages (and hashing pages ahead of writes with
+        ``hash_ahead``) while other pages are on the wire (built on first use)."""
         hasher = self._hash_pool
         if hasher is None:
             with self._client_lock:
@@ -120,15 +122,15 @@ class RedisBackend(HiCacheStorage):
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
         client = self.client()
-        hasher = self._hasher()
         rkeys = [self.key_prefix + key for key in keys]
         bkeys = [rkey.encode() for rkey in rkeys]
         results = [False] * len(keys)
         redirected: list[int] = []
         groups = self._by_node(client, rkeys, range(len(keys)))
         requests = [(node, [(bkeys[i], pages[i]) for i in indices]) for node, indices in groups]
+        ahead = self._hasher() if self._hash_ahead else None
         for (_node, indices), replies in zip(
-            groups, set_pages(requests, self._ttl_ms, hasher, self._chunk), strict=True
+            groups, set_pages(requests, self._ttl_ms, ahead, self._chunk), strict=True
         ):
             for index, reply in zip(indices, replies, strict=True):
                 if isinstance(reply, ResponseError):

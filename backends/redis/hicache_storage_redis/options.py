@@ -11,11 +11,22 @@ from urllib.parse import urlsplit
 
 from hicache_storage import ConfigError
 
-__all__ = ["SECRET_OPTIONS", "RedisOptions", "check_secret_types", "parse_node", "redact_url"]
+__all__ = ["HASH_AHEAD_MIN_CPUS", "SECRET_OPTIONS", "RedisOptions", "check_secret_types", "parse_node", "redact_url"]
 
 #: Options whose values never appear in a repr, a log line or an error message.
 SECRET_OPTIONS = ("password", "url")
+#: ``hash_ahead: null`` uses the helper thread only with this many usable CPUs: with fewer, the
+#: helper takes the core a local server or the sender needs, and hashing each page just before
+#: sending it (which also leaves the page in cache for the socket copy) measured faster.
+HASH_AHEAD_MIN_CPUS = 4
 _PREFIX = re.compile(r"[!-~]+")  # printable ASCII, no spaces
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def redact_url(url: str) -> str:
@@ -55,7 +66,9 @@ class RedisOptions:
     ``ssl`` and the ``ssl_*`` files. Storage: ``key_prefix`` (prepended to every key; ``clear``
     removes only keys under it), ``ttl_s`` (expiry of written pages; ``None`` = none),
     ``pipeline_pages`` (pages per pipeline window), ``max_connections`` (connection pool size),
-    ``socket_timeout_s`` (I/O and connect timeout; ``None`` = the resilience deadline).
+    ``socket_timeout_s`` (I/O and connect timeout; ``None`` = the resilience deadline),
+    ``hash_ahead`` (checksums of later pages on a helper thread while earlier ones are sent;
+    ``None`` = only when the process may run on at least :data:`HASH_AHEAD_MIN_CPUS` CPUs).
     """
 
     url: str | None = None
@@ -75,6 +88,7 @@ class RedisOptions:
     pipeline_pages: int = 64
     max_connections: int = 32
     socket_timeout_s: float | None = None
+    hash_ahead: bool | None = None
 
     def __post_init__(self) -> None:
         if self.url is not None:
@@ -126,6 +140,13 @@ class RedisOptions:
             raise ConfigError("extra_config.url", f"no host in {redact_url(url)!r}")
         if port is not None and not 0 < port < 65536:
             raise ConfigError("extra_config.url", "port out of range")
+
+    @property
+    def hashes_ahead(self) -> bool:
+        """Whether writes hash later pages on a helper thread (``hash_ahead``, or the CPU count)."""
+        if self.hash_ahead is not None:
+            return self.hash_ahead
+        return usable_cpus() >= HASH_AHEAD_MIN_CPUS
 
     @property
     def uses_tls(self) -> bool:

@@ -6,9 +6,10 @@ new ``bytes``) on reads. Here the RESP requests are written by hand and replies 
 over connections taken from the client's own pools:
 
 - writes: per page, one vectored ``sendmsg`` of [RESP prefix + record header, page segments...]
-  (``sendall`` per buffer on TLS sockets). The XXH3-64 of later pages is computed ahead on a
-  worker thread (xxhash releases the GIL) while earlier pages are on the wire; a page the worker
-  has not reached is hashed by the sender itself (:class:`~hicache_storage.lookahead.Lookahead`).
+  (``sendall`` per buffer on TLS sockets). Whenever the socket is full, the sender computes the
+  XXH3-64 of the next pages instead of waiting; with a ``hasher`` executor, a worker thread also
+  hashes ahead (xxhash releases the GIL), and a page nobody has reached yet is hashed by the
+  sender just before it goes out (:class:`~hicache_storage.lookahead.Lookahead`).
   The bytes on the wire are exactly those of ``SET key value [PX ms]``: one SET per page, so a
   page is visible whole.
 - reads: a bulk reply of the expected record size is received with ``recv_into`` directly into
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any
 
@@ -65,13 +66,14 @@ class Filled:
 
 
 # ------------------------------------------------------------------------------------------ sending
-def _send(sock: Any, buffers: Sequence[Any]) -> None:
-    """Send every byte of ``buffers``, in order (vectored where the socket allows it)."""
+def _send(sock: Any, buffers: Sequence[Any], while_blocked: Callable[[], bool]) -> None:
+    """Send every byte of ``buffers``, in order (vectored where the socket allows it); on a plain
+    socket, ``while_blocked`` runs whenever the socket is full (see ``sendmsg_all``)."""
     if isinstance(sock, ssl.SSLSocket) or not hasattr(sock, "sendmsg"):
         for buffer in buffers:
             sock.sendall(buffer)
         return
-    sendmsg_all(sock, buffers)
+    sendmsg_all(sock, buffers, while_blocked)
 
 
 def _set_prefix(key: bytes, header: bytes, payload: int, ttl_ms: int | None) -> bytes:
@@ -233,7 +235,7 @@ def set_pages(
                 header = headers.get(position)
                 position += 1
                 payload = sum(segment.nbytes for segment in segments)
-                _send(sock, [tail + _set_prefix(key, header, payload, ttl_ms), *segments])
+                _send(sock, [tail + _set_prefix(key, header, payload, ttl_ms), *segments], headers.advance)
                 tail = suffix
                 if sent % window == 0 and sent > window:  # keep at most two windows unanswered
                     out.extend(_set_reply(reader.reply()) for _ in range(window))

@@ -102,6 +102,34 @@ def test_v0_and_v1_interoperate_and_pipelines_are_chunked(redis_url: str, open_b
     assert [bytes(t.view(torch.uint8).numpy()) for t in got] == [bytes(v.view(torch.uint8).numpy()) for v in values]
 
 
+@pytest.mark.parametrize("hash_ahead", [True, False], ids=["helper-thread", "sender-only"])
+def test_every_record_header_is_right_with_or_without_the_hash_helper(
+    redis_url: str, open_backend: Any, hash_ahead: bool
+) -> None:
+    """Both ways of computing write checksums store exactly ``encode_record`` of each page (128 KiB
+    pages, 5 MiB per call: the socket fills, so the sender also hashes while it waits)."""
+    pool = make_pool(num_pages=80, layout="page_first", layer_num=8, head_num=8, head_dim=128)
+    backend = open_backend({"url": redis_url, "hash_ahead": hash_ahead, "pipeline_pages": 8}, pool)
+    assert backend.options.hashes_ahead is hash_ahead
+    keys = random_keys(40)
+    assert backend.batch_set_v1(keys, page_indices(0, 40)) == [True] * 40
+    stored = backend.raw_store()
+    for number, key in enumerate(keys):
+        record = stored[backend.keyspace.storage_key(key)]
+        assert record == encode_record([memoryview(page_bytes(pool, number))]), f"page {number}"
+    assert backend.batch_get_v1(keys, page_indices(40, 40)) == [True] * 40
+    assert [page_bytes(pool, p) for p in range(40, 80)] == [page_bytes(pool, p) for p in range(40)]
+
+
+def test_hash_helper_by_default_only_with_spare_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hicache_storage_redis import options as redis_options
+
+    for cpus, expected in ((2, False), (redis_options.HASH_AHEAD_MIN_CPUS, True)):
+        monkeypatch.setattr(redis_options, "usable_cpus", lambda cpus=cpus: cpus)
+        assert redis_options.RedisOptions().hashes_ahead is expected
+        assert redis_options.RedisOptions(hash_ahead=not expected).hashes_ahead is (not expected)
+
+
 def test_partial_hits_and_misses(redis_url: str, open_backend: Any) -> None:
     backend = open_backend({"url": redis_url})
     keys = random_keys(4)
@@ -328,6 +356,7 @@ def test_server_stopped_then_restarted(
         ({"socket_timeout_s": 0}, "extra_config.socket_timeout_s"),
         ({"max_connections": 0}, "extra_config.max_connections"),
         ({"bogus": 1}, "extra_config.bogus"),
+        ({"hash_ahead": "yes"}, "extra_config.hash_ahead"),
     ],
 )
 def test_bad_options_raise_config_error_naming_them(options: dict[str, Any], named: str) -> None:
