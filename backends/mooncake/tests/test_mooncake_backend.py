@@ -8,9 +8,11 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hicache_storage_mooncake import MooncakeBackend, MooncakeOptions
+from hicache_storage_mooncake.backend import _address
 from hicache_storage_mooncake.client import INSTALL_HINT
 from hicache_storage_mooncake.options import parse_size
 from hicache_storage_mooncake.record import FLAG_UNHASHED, HEADER_SIZE, MAGIC, key_digest, payload_checksum
@@ -22,6 +24,16 @@ pytestmark = pytest.mark.timeout(120)
 
 
 # ---------------------------------------------------------------- options (no server needed)
+def test_segment_addresses_of_writable_and_read_only_views() -> None:
+    """Transfer pointers: the address of a view's first byte, whether or not the view is writable."""
+    data = bytearray(range(256)) * 64
+    writable = memoryview(data)[100:4100]
+    read_only = memoryview(bytes(data))[100:4100]
+    for view in (writable, read_only, writable.toreadonly()):
+        assert _address(view) == np.frombuffer(view, np.uint8).ctypes.data
+    assert _address(writable) == _address(writable.toreadonly())
+
+
 def test_options_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MOONCAKE_MASTER", "10.0.0.1:50051")
     monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "2GB")
