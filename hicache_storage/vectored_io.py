@@ -7,6 +7,7 @@ than ``IOV_MAX`` buffers or a short write.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import socket
@@ -108,7 +109,7 @@ def _wait_writable(sock: socket.socket, timeout: float | None) -> bool:
         return bool(select.select([], [sock], [], timeout)[1])
     poller = select.poll()
     poller.register(sock, select.POLLOUT)
-    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
+    return bool(poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))))
 
 
 def preadv_all(fd: int, buffers: Sequence[memoryview | bytearray], offset: int = 0) -> int:
