@@ -1,14 +1,17 @@
 """A private moto S3 server that enforces IAM authentication, for credential tests of S3 backends.
 
-Needs ``moto[server]`` and ``boto3`` (imported when used). :class:`AuthS3Server` starts
-``moto_server`` on a spare 127.0.0.1 port, creates a bucket and IAM users with known policies, and
-from then on refuses every request not signed by a known key that its policy allows.
+Needs ``pytest``, ``moto[server]`` and ``boto3`` (the last two imported when used).
+:class:`AuthS3Server` starts ``moto_server`` on a spare 127.0.0.1 port, creates a bucket and IAM
+users with known policies, and from then on refuses every request not signed by a known key that
+its policy allows. :class:`S3CredentialChecks` is the credential test class any backend over an S3
+bucket subclasses.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -17,16 +20,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from .testing import PAGE_SIZE, page_indices
+import pytest
+import torch
+
+from .config import make_config
+from .errors import ConfigError
+from .interface import HiCacheStorage
+from .testing import PAGE_SIZE, make_backend, make_pool, page_bytes, page_indices, random_keys
 
 __all__ = [
     "REFUSED_CASES",
     "AuthS3Server",
     "IamKey",
+    "S3CredentialChecks",
     "assert_calls_miss",
     "assert_hidden",
     "assert_not_logged",
@@ -197,3 +208,123 @@ def assert_calls_miss(backend: Any, pool: Any, keys: list[str]) -> None:
     assert backend.batch_get(keys) == [None] * count
     assert backend.batch_set(keys, [pool.get_data_page(p * PAGE_SIZE) for p in range(count)]) is False
     assert backend.stats.total_faults() > 0
+
+
+# ------------------------------------------------------------------------------ the test class
+class S3CredentialChecks:
+    """Credential tests of a backend over an S3 bucket, against its own :class:`AuthS3Server`.
+
+    Subclass it as ``TestSomething`` and set :attr:`backend_class`, :attr:`credential_option` and
+    :meth:`options`. Checked: valid keys round-trip byte-exact; an unknown key, a wrong secret, a
+    user without permission or no credentials at all is a :class:`ConfigError` naming the bucket
+    and the credential option at construction; with the bucket check off, or a key revoked while
+    running, every call misses (never raises) and counts a fault; no secret ever shows in an
+    error, a repr, the stats or a log record (botocore's DEBUG records included).
+    """
+
+    #: The backend under test.
+    backend_class: ClassVar[type[HiCacheStorage]]
+    #: What ``ConfigError.option`` names when the server refuses the credentials.
+    credential_option: ClassVar[str]
+
+    def options(
+        self, server: AuthS3Server, key: IamKey | None, root: str | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """``extra_config`` storing under ``root`` (a fresh one when ``None``) of ``server``'s bucket,
+        signing with ``key`` (``None``: no credentials given), plus ``extra`` (``check_bucket``)."""
+        raise NotImplementedError
+
+    def root_of(self, backend: Any) -> str:
+        """The ``root`` argument of :meth:`options` that reaches ``backend``'s pages."""
+        raise NotImplementedError
+
+    @pytest.fixture(scope="class")
+    def server(self) -> Iterator[AuthS3Server]:
+        try:
+            running = AuthS3Server(f"hc-auth-{secrets.token_hex(4)}")
+        except FileNotFoundError as error:
+            pytest.skip(str(error))
+        yield running
+        running.close()
+
+    def test_valid_keys_round_trip_is_byte_exact(self, server: AuthS3Server, caplog: Any) -> None:
+        caplog.set_level(logging.DEBUG)
+        pool = make_pool()
+        backend = make_backend(self.backend_class, self.options(server, server.writer), pool)
+        keys = random_keys(4)
+        written = [page_bytes(pool, p) for p in range(4)]
+        try:
+            assert backend.batch_set_v1(keys, page_indices(0, 4)) == [True] * 4
+            assert backend.batch_exists(keys) == 4
+            assert backend.batch_get_v1(keys, page_indices(8, 4)) == [True] * 4
+            assert [page_bytes(pool, p) for p in range(8, 12)] == written
+            got = backend.batch_get(keys[:1])
+            assert got[0] is not None and bytes(got[0].view(torch.uint8).numpy()) == written[0]
+            assert_hidden(server.writer, repr(backend), str(backend.get_stats()))
+        finally:
+            backend.clear()
+            backend.close()
+        assert_not_logged(caplog, server.writer.secret_access_key)
+
+    @pytest.mark.parametrize("case", REFUSED_CASES)
+    def test_refused_credentials_are_a_config_error_naming_the_bucket(
+        self, server: AuthS3Server, caplog: Any, case: str
+    ) -> None:
+        caplog.set_level(logging.DEBUG)
+        key = refused_key(server, case)
+        with pytest.raises(ConfigError) as caught:
+            self.backend_class(make_config("m", extra_config=self.options(server, key)))
+        error = caught.value
+        assert error.option == self.credential_option
+        assert repr(server.bucket) in str(error)
+        assert "credentials" in str(error) and "permissions" in str(error)
+        assert_hidden(key, str(error), repr(error))
+        assert_not_logged(caplog, key.secret_access_key)
+
+    def test_no_credentials_at_all_is_a_config_error(self, server: AuthS3Server, monkeypatch: Any) -> None:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+        monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        with pytest.raises(ConfigError) as caught:
+            self.backend_class(make_config("m", extra_config=self.options(server, None)))
+        assert caught.value.option == self.credential_option
+        assert repr(server.bucket) in str(caught.value) and "credentials" in str(caught.value)
+
+    @pytest.mark.parametrize("case", REFUSED_CASES)
+    def test_refused_credentials_without_the_check_give_misses(
+        self, server: AuthS3Server, caplog: Any, case: str
+    ) -> None:
+        caplog.set_level(logging.DEBUG)
+        pool = make_pool()
+        writer = make_backend(self.backend_class, self.options(server, server.writer), pool)
+        keys = random_keys(2)
+        assert writer.batch_set_v1(keys, page_indices(0, 2)) == [True, True]  # stored, yet not readable with `key`
+        key = refused_key(server, case)
+        options = self.options(server, key, self.root_of(writer), check_bucket=False)
+        backend = make_backend(self.backend_class, options, pool)
+        try:
+            assert_calls_miss(backend, pool, keys)
+            assert_hidden(key, repr(backend), str(backend.get_stats()))
+            assert writer.batch_exists(keys) == 2
+        finally:
+            backend.close()
+            writer.clear()
+            writer.close()
+        assert_not_logged(caplog, key.secret_access_key)
+
+    def test_key_revoked_while_running_gives_misses(self, server: AuthS3Server, caplog: Any) -> None:
+        key = server.new_writer("rotated")  # before capturing: the IAM reply that creates it holds the secret
+        caplog.set_level(logging.DEBUG)
+        pool = make_pool()
+        backend = make_backend(self.backend_class, self.options(server, key), pool)
+        keys = random_keys(2)
+        try:
+            assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
+            server.revoke("rotated", key)
+            assert_calls_miss(backend, pool, keys)
+            assert_hidden(key, repr(backend), str(backend.get_stats()))
+        finally:
+            backend.close()
+        assert_not_logged(caplog, key.secret_access_key)

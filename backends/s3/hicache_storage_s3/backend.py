@@ -129,7 +129,8 @@ class S3Backend(HiCacheStorage):
         except NoCredentialsError:
             raise ConfigError(
                 "extra_config.aws_access_key_id",
-                "no AWS credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or the options)",
+                f"no AWS credentials found to access bucket {self.bucket!r} "
+                "(set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or the options)",
             ) from None
         except Exception as error:  # endpoint down: start anyway, calls become misses
             self.stats.bump("startup_unreachable")
