@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .batch_context import BatchContext
 from .capabilities import Capabilities
 from .config import HiCacheStorageConfig, HiCacheStorageExtraInfo, make_config
 from .errors import (
@@ -15,7 +16,8 @@ from .errors import (
 )
 from .host_pool import HostKVPool
 from .interface import API_VERSION, HiCacheStorage, PageBuffers, UnsupportedOperation
-from .keys import KeySpace, page_hashes
+from .keys import KeySpace, page_hashes, storage_namespace_seed
+from .pools import PoolHitPolicy, PoolName, PoolTransfer, PoolTransferResult, count_pool_hits
 from .registry import available_backends, load_backend, register_backend
 
 __version__ = "0.1.0"
@@ -25,6 +27,7 @@ __all__ = [
     "ApiVersionError",
     "BackendFault",
     "BackendLoadError",
+    "BatchContext",
     "Capabilities",
     "ConfigError",
     "HiCacheStorage",
@@ -36,11 +39,17 @@ __all__ = [
     "InvalidRequestError",
     "KeySpace",
     "PageBuffers",
+    "PoolHitPolicy",
+    "PoolName",
+    "PoolTransfer",
+    "PoolTransferResult",
     "UnsupportedOperation",
     "__version__",
     "available_backends",
+    "count_pool_hits",
     "load_backend",
     "make_config",
     "page_hashes",
     "register_backend",
+    "storage_namespace_seed",
 ]

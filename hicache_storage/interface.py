@@ -1,24 +1,33 @@
 """The storage contract: :class:`HiCacheStorage`, call-compatible with SGLang's class of that name.
 
-Callers (an engine, the pipeline, SGLang through the adapter) use the SGLang methods
-(``batch_get_v1`` ...) plus ``batch_exists_each``, ``delete`` and ``close``. Backend authors
-subclass and implement three primitives, which receive *storage keys* (already mapped through the
-:class:`~hicache_storage.keys.KeySpace`) and pages as lists of memoryviews:
+Two faces, as an HTTP client is separate from its transport:
 
-- ``write_pages(keys, pages) -> list[bool]``: store each page (the concatenation of its segments);
-  a page must become visible to ``pages_exist`` only once it is fully stored.
-- ``read_pages(keys, pages) -> list[bool]``: fill each page's segments with the stored bytes;
-  ``False`` for a missing page or one whose stored size or checksum is wrong.
-- ``pages_exist(keys) -> list[bool]``: one bool per key.
+- **Callers** (an engine, the pipeline, SGLang through the adapter) use SGLang's methods: v0
+  (``get``/``batch_get``/``set``/``batch_set``/``exists``), v1 (``batch_get_v1``/``batch_set_v1``
+  /``batch_exists``) and the multi-pool v2 calls (``register_mem_host_pool_v2``,
+  ``on_host_pools_registered``, ``batch_exists_v2``/``batch_get_v2``/``batch_set_v2``), plus
+  ``batch_exists_each``, ``delete`` and ``close``. Plugins do not override these.
+- **Plugin authors** implement primitives that receive *storage keys* (mapped through the pool's
+  :class:`~hicache_storage.keys.KeySpace`), pages as lists of memoryviews, and a
+  :class:`~hicache_storage.batch_context.BatchContext` naming the pool and its page size:
 
-Optional: ``delete_pages``, ``clear_pages``, ``release`` (close resources), ``on_register_pool``.
-Everything else is inherited: validation, key mapping, batching to ``max_batch_size``, fault
-handling (an exception in a primitive becomes misses / ``False`` and is counted), statistics.
+  - ``write_pages(keys, pages, context) -> list[bool]``: store each page; visible to
+    ``pages_exist`` only once fully stored.
+  - ``read_pages(keys, pages, context) -> list[bool]``: fill each page's segments; ``False`` for
+    a missing page or one failing its checks.
+  - ``pages_exist(keys, context) -> list[bool]``: one bool per key.
+
+  Optional: ``delete_pages(keys, context)``, ``clear_pages()``, ``release()``,
+  ``on_register_pool(pool, keyspace)`` and the classmethod ``capabilities_for(options)``.
+
+Validation, key mapping, batching to ``max_batch_size``, fault handling (an exception in a
+primitive becomes misses / ``False`` and is counted), hit policies and statistics are inherited,
+so every backend serves every pool with no pool-specific code.
 """
 
 from __future__ import annotations
 
-import functools
+import inspect
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -27,17 +36,23 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from .batch_context import KV_POOL, BatchContext
 from .capabilities import Capabilities
 from .config import SDK_OPTION_NAMES, HiCacheStorageConfig, HiCacheStorageExtraInfo
 from .errors import ConfigError, InvalidRequestError
 from .keys import KeySpace, validate_key, validate_keys
 from .options import NoOptions, parse_options
-from .page_buffers import PageBuffers, pool_page_buffers, pool_page_bytes, tensor_page_buffer
+from .page_buffers import PageBuffers, pool_page_bytes, tensor_page_buffer
+from .pool_hits import PoolPresence, fold_pool_hits, leading_run
+from .pool_registry import PoolRegistry, RegisteredPool, pool_keyspace
+from .pools import PoolHitPolicy, PoolName, PoolTransferResult, pool_name_str
 from .resilience import ResilienceOptions, ResiliencePolicy
 from .stats import StorageStats
+from .transfer_plan import TransferStep, plan_exists, plan_transfers
 
 __all__ = [
     "API_VERSION",
+    "BatchContext",
     "Capabilities",
     "HiCacheStorage",
     "HiCacheStorageConfig",
@@ -48,37 +63,38 @@ __all__ = [
 ]
 
 #: Version of this contract ("MAJOR.MINOR"); a plugin must share MAJOR and not exceed MINOR.
-API_VERSION = "1.0"
+#: 1.1: multi-pool (v2) calls; primitives receive a :class:`BatchContext`.
+API_VERSION = "1.1"
 
 T = TypeVar("T")
+Primitive = Callable[[list[str], Any, BatchContext], list[bool]]
+
+#: Primitive name -> positional parameters before ``context`` (a primitive written for API 1.0 lacks it).
+_PRIMITIVE_ARITY = {"write_pages": 2, "read_pages": 2, "pages_exist": 1, "delete_pages": 1}
 
 
 class UnsupportedOperation(NotImplementedError):
     """The backend does not declare the capability this call needs (``delete``, ``clear``)."""
 
 
-def keyspace_for(config: HiCacheStorageConfig, pool: Any, *, namespace: str = "", model_revision: str = "") -> KeySpace:
-    """The :class:`KeySpace` of ``config`` with host pool ``pool`` (ours or SGLang's)."""
-    dtype = str(getattr(pool, "dtype", "unknown")).removeprefix("torch.")
-    is_mla = getattr(pool, "is_mla", None)
-    if is_mla is None:
-        is_mla = "MLA" in type(pool).__name__
-    return KeySpace(
-        model_name=config.model_name or "",
-        model_revision=model_revision,
-        namespace=namespace,
-        dtype=dtype,
-        layout=str(getattr(pool, "layout", "unknown")),
-        page_size=int(pool.page_size),
-        page_bytes=pool_page_bytes(pool),
-        is_mla=bool(is_mla),
-        tp_rank=0 if config.is_mla_model else config.tp_rank,
-        tp_size=1 if config.is_mla_model else config.tp_size,
-        pp_rank=config.pp_rank,
-        pp_size=config.pp_size,
-        cp_rank=config.attn_cp_rank,
-        cp_size=config.attn_cp_size,
-    )
+def keyspace_for(
+    config: HiCacheStorageConfig, pool: Any, *, namespace: str = "", model_revision: str = "", pool_name: str = KV_POOL
+) -> KeySpace:
+    """The :class:`KeySpace` of ``config`` with host pool ``pool`` (ours or SGLang's) registered as ``pool_name``."""
+    return pool_keyspace(config, pool, pool_name=pool_name, namespace=namespace, model_revision=model_revision)
+
+
+def _takes_context(function: Any, before: int) -> bool:
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if parameters and parameters[0].name == "self":
+        parameters = parameters[1:]
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters) or any(p.name == "context" for p in parameters):
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) > before
 
 
 class HiCacheStorage(ABC):
@@ -86,19 +102,31 @@ class HiCacheStorage(ABC):
 
     Construct with a :class:`HiCacheStorageConfig`; backend options come from
     ``config.extra_config`` parsed into the class's ``Options`` dataclass (``self.options``).
-    Call ``register_mem_pool_host(pool)`` before any storage call: storage keys depend on the
-    pool's dtype, layout and page size.
+    Call ``register_mem_pool_host(pool)`` before any storage call (storage keys depend on the
+    pool's dtype, layout and page size); sidecar pools with ``register_mem_host_pool_v2`` and
+    then ``on_host_pools_registered()`` before any v2 call.
 
     Rules every caller may rely on: invalid requests raise a :class:`ValueError` subclass before
     anything is written; batch calls never raise for backend faults and never return ``None``
     (a failed read is a miss, a failed write ``False``, both counted in ``get_stats()``).
+    Reserved for the base class: every attribute whose name starts with ``_hc``, and ``config``,
+    ``options``, ``stats``, ``resilience``, ``capabilities``, ``mem_pool_host``, ``keyspace``,
+    ``namespace``, ``model_revision``.
     """
 
     api_version: ClassVar[str] = API_VERSION
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Declared capabilities; an instance's may differ by its options (see :meth:`capabilities_for`).
+    capabilities: Capabilities = Capabilities()
     Options: ClassVar[type[Any]] = NoOptions
     #: Client I/O timeout (seconds) of a backend whose resilience policy is off (see :attr:`io_timeout_s`).
     DEFAULT_IO_TIMEOUT_S: ClassVar[float] = 5.0
+    _hc_legacy: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._hc_legacy = frozenset(
+            name for name, before in _PRIMITIVE_ARITY.items() if not _takes_context(getattr(cls, name), before)
+        )
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         if not isinstance(config, HiCacheStorageConfig) and not _looks_like_config(config):
@@ -115,6 +143,7 @@ class HiCacheStorage(ABC):
         self.model_revision = revision
         backend_values = {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES}
         self.options = parse_options(self.Options, backend_values)
+        self.capabilities = type(self).capabilities_for(self.options)
         self.stats = StorageStats()
         resilience_options = ResilienceOptions.from_config(extra.get("resilience"))
         self.resilience: ResiliencePolicy | None = (
@@ -122,23 +151,42 @@ class HiCacheStorage(ABC):
         )
         self.mem_pool_host: Any = None
         self.keyspace: KeySpace | None = None
-        self._closed = False
-        self._close_lock = threading.Lock()
+        self._hc_pools = PoolRegistry()
+        self._hc_pools_ready = False
+        self._hc_closed = False
+        self._hc_close_lock = threading.Lock()
+
+    def _primitive(self, name: str) -> Primitive:
+        """The primitive ``name`` as a three-argument call (wrapping one written for API 1.0)."""
+        method = getattr(self, name)
+        takes_pages = _PRIMITIVE_ARITY[name] == 2
+        if name in self._hc_legacy:  # written for API 1.0: no context
+            if takes_pages:
+                return lambda keys, pages, _context: method(keys, pages)  # type: ignore[no-any-return]
+            return lambda keys, _pages, _context: method(keys)  # type: ignore[no-any-return]
+        if takes_pages:
+            return method  # type: ignore[no-any-return]
+        return lambda keys, _pages, context: method(keys, context)  # type: ignore[no-any-return]
+
+    @classmethod
+    def capabilities_for(cls, options: Any) -> Capabilities:
+        """Capabilities of an instance built with ``options`` (default: the class's declaration)."""
+        return cls.capabilities
 
     # ------------------------------------------------------------ primitives
     @abstractmethod
-    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         """Store each page under its storage key; ``True`` once the whole page is readable."""
 
     @abstractmethod
-    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         """Fill each page's segments from storage; ``False`` for a miss or a page failing checks."""
 
     @abstractmethod
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         """Whether each storage key holds a complete page."""
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         """Remove pages; ``True`` when the key is absent afterwards. Needs ``supports_delete``."""
         raise UnsupportedOperation(f"{type(self).__name__} does not support delete")
 
@@ -149,86 +197,132 @@ class HiCacheStorage(ABC):
     def release(self) -> None:
         """Free connections and other resources (called once by :meth:`close`)."""
 
-    def on_register_pool(self, pool: Any) -> None:
-        """Hook for zero-copy backends to register the pool's memory; called once per pool."""
+    def on_register_pool(self, pool: Any, keyspace: KeySpace) -> None:
+        """Hook for zero-copy backends to register a pool's memory; called once per newly attached pool."""
 
     # ------------------------------------------------------------ set-up
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
-        """Attach the host pool; fixes the key space. Raises :class:`ConfigError` for a page too big."""
-        page_bytes = pool_page_bytes(mem_pool_host)
+        """Attach the main KV host pool (a host pool group attaches its anchor and every entry).
+
+        Fixes the KV key space. Raises :class:`ConfigError` for a page too big for the backend.
+        """
+        anchor_entry = getattr(mem_pool_host, "anchor_entry", None)
+        if anchor_entry is not None and hasattr(mem_pool_host, "entries"):
+            self._attach(KV_POOL, anchor_entry.host_pool)
+            for entry in mem_pool_host.entries:
+                if entry is not anchor_entry:
+                    self._attach(pool_name_str(entry.name), entry.host_pool)
+            return
+        self._attach(KV_POOL, mem_pool_host)
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """Attach a sidecar host pool under its name (``PoolName`` or str); the same pool again is a no-op.
+
+        Another geometry under a registered name raises :class:`ConfigError` naming the pool.
+        """
+        name = pool_name_str(host_pool_name)
+        try:
+            validate_key(name)
+        except InvalidRequestError as exc:
+            raise ConfigError("host_pool_name", f"{name!r} cannot name a pool: {exc}") from None
+        self._attach(name, host_pool)
+
+    def on_host_pools_registered(self) -> None:
+        """The pool set is complete (fires once per attach); v2 calls are accepted from now on."""
+        if self.keyspace is None:
+            raise ConfigError(
+                "mem_pool_host", "register_mem_pool_host(pool) must come before on_host_pools_registered()"
+            )
+        self._hc_pools_ready = True
+
+    def _attach(self, name: str, pool: Any) -> None:
+        page_bytes = pool_page_bytes(pool) if getattr(pool, "kv_buffer", True) is not None else 0
         limit = self.capabilities.max_page_bytes
         if limit is not None and page_bytes > limit:
             raise ConfigError(
-                "mem_pool_host", f"pages of {page_bytes} bytes exceed this backend's max_page_bytes={limit}"
+                f"pool {name!r}", f"pages of {page_bytes} bytes exceed this backend's max_page_bytes={limit}"
             )
-        self.mem_pool_host = mem_pool_host
-        self.keyspace = keyspace_for(
-            self.config, mem_pool_host, namespace=self.namespace, model_revision=self.model_revision
+        space = keyspace_for(
+            self.config, pool, namespace=self.namespace, model_revision=self.model_revision, pool_name=name
         )
-        self.on_register_pool(mem_pool_host)
+        if self._hc_pools.add(RegisteredPool.of(name, pool, space)):
+            if _takes_context(type(self).on_register_pool, 1):
+                self.on_register_pool(pool, space)
+            else:  # a hook written for API 1.0
+                self.on_register_pool(pool)  # type: ignore[call-arg]
+        if name == KV_POOL:
+            self.mem_pool_host = pool
+            self.keyspace = space
 
-    def _require_ready(self) -> KeySpace:
-        if self._closed:
+    def registered_pools(self) -> dict[str, Any]:
+        """Attached host pools by name (``"kv"`` is the main KV pool)."""
+        return {entry.name: entry.pool for entry in self._hc_pools.entries()}
+
+    def pool_keyspace(self, name: object = KV_POOL) -> KeySpace:
+        """The key space of a registered pool; raises :class:`InvalidRequestError` for an unknown one."""
+        return self._hc_pools.get(name).keyspace
+
+    def batch_context(self, pool: object = KV_POOL) -> BatchContext:
+        """The context a primitive call for a registered pool receives (for tools and tests that call primitives)."""
+        return self._context(self._hc_pools.get(pool), None)
+
+    def _require_ready(self) -> RegisteredPool:
+        if self._hc_closed:
             raise InvalidRequestError(f"{type(self).__name__} is closed")
         if self.keyspace is None:
             raise InvalidRequestError(
                 "register_mem_pool_host(pool) must be called before storage calls: "
                 "storage keys depend on the pool's dtype, layout and page size"
             )
-        return self.keyspace
+        return self._hc_pools.get(KV_POOL)
 
-    def _page_starts(self, keys: Sequence[str], host_indices: Any) -> list[int]:
-        pool = self.mem_pool_host
-        page_size = int(pool.page_size)
-        if isinstance(host_indices, torch.Tensor):
-            flat = host_indices.reshape(-1).to(torch.int64).cpu()
-        else:
-            try:
-                flat = torch.as_tensor(list(host_indices), dtype=torch.int64)
-            except (TypeError, ValueError, RuntimeError) as exc:
-                raise InvalidRequestError(f"host_indices must be integers: {exc}") from None
-        if flat.numel() != len(keys) * page_size:
+    def _require_v2(self) -> None:
+        self._require_ready()
+        if not self._hc_pools_ready:
             raise InvalidRequestError(
-                f"host_indices has {flat.numel()} entries; expected len(keys) * page_size = "
-                f"{len(keys)} * {page_size} = {len(keys) * page_size}"
+                "multi-pool calls need the pool set first: register_mem_host_pool_v2(...) for each sidecar pool, "
+                "then on_host_pools_registered()"
             )
-        if not keys:
-            return []
-        pages = flat.view(len(keys), page_size)
-        starts = pages[:, 0]
-        if page_size > 1 and not torch.equal(pages - starts[:, None], _page_offsets(page_size).expand_as(pages)):
-            raise InvalidRequestError("host_indices: each page's token indices must be consecutive")
-        size = int(pool.size)
-        result: list[int] = starts.tolist()
-        if any(start % page_size or not 0 <= start < size for start in result):
-            raise InvalidRequestError(
-                f"host_indices: every page must start at a multiple of page_size={page_size} "
-                f"inside the pool (size {size})"
-            )
-        return result
+
+    def _require_bytes(self, entry: RegisteredPool) -> RegisteredPool:
+        if entry.holds_no_bytes:
+            raise InvalidRequestError(f"pool {entry.name!r} holds no bytes (its kv_buffer is None): nothing to move")
+        return entry
+
+    @staticmethod
+    def _context(entry: RegisteredPool, extra_info: Any) -> BatchContext:
+        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
+        more = getattr(extra_info, "extra_info", None) if extra_info is not None else None
+        return BatchContext(
+            pool=entry.name,
+            keyspace=entry.keyspace,
+            prefix_keys=tuple(prefix) if isinstance(prefix, (list, tuple)) else (),
+            extra_info=more if isinstance(more, dict) else None,
+        )
 
     # ------------------------------------------------------------ dispatch
-    def _guarded(
-        self, op: str, primitive: Callable[[list[str], Any], list[bool]], skeys: list[str], payload: Any
-    ) -> list[bool]:
+    def _guarded(self, op: str, skeys: list[str], payload: Any, context: BatchContext, primitive: str) -> list[bool]:
         """Run a primitive over chunks of ``max_batch_size``; faults become ``False``."""
+        call = self._primitive(primitive)
         results: list[bool] = []
         step = max(1, int(self.capabilities.max_batch_size or len(skeys) or 1))
         for begin in range(0, len(skeys), step):
             chunk_keys = skeys[begin : begin + step]
             chunk_payload = payload[begin : begin + step] if payload is not None else None
-            results.extend(self._call_chunk(op, primitive, chunk_keys, chunk_payload))
+            results.extend(self._call_chunk(op, call, (primitive, chunk_keys, chunk_payload), context))
         return results
 
     def _call_chunk(
-        self, op: str, primitive: Callable[[list[str], Any], list[bool]], keys: list[str], payload: Any
+        self, op: str, call: Primitive, request: tuple[str, list[str], Any], context: BatchContext
     ) -> list[bool]:
+        name, keys, payload = request
+
         def attempt() -> list[bool]:
-            out = primitive(keys, payload)
+            out = call(keys, payload, context)
             if not isinstance(out, list) or len(out) != len(keys):
                 self.stats.bump("contract_violations")
                 raise TypeError(
-                    f"{type(self).__name__}.{primitive.__name__} returned {type(out).__name__} "
+                    f"{type(self).__name__}.{name} returned {type(out).__name__} "
                     f"of length {len(out) if isinstance(out, list) else '?'} for {len(keys)} keys"
                 )
             return [item is True for item in out]
@@ -242,77 +336,130 @@ class HiCacheStorage(ABC):
                 self.stats.fault(op, error)
             return [False] * len(keys)
 
-    def _timed(self, op: str, keys: list[str], run: Callable[[], list[bool]], page_bytes: int) -> list[bool]:
+    def _timed(self, op: str, count: int, run: Callable[[], list[bool]], page_bytes: int) -> list[bool]:
         begin = time.perf_counter()
         results = run()
         ok = sum(results)
-        self.stats.record(
-            op,
-            pages=len(keys),
-            ok=ok,
-            nbytes=ok * page_bytes,
-            seconds=time.perf_counter() - begin,
-        )
+        self.stats.record(op, pages=count, ok=ok, nbytes=ok * page_bytes, seconds=time.perf_counter() - begin)
         return results
 
-    def _exists_storage(self, skeys: list[str]) -> list[bool]:
-        return self._guarded("exists", lambda k, _p: self.pages_exist(k), skeys, None)
+    def _exists_in(self, entry: RegisteredPool, keys: list[str], context: BatchContext) -> list[bool]:
+        skeys = entry.keyspace.storage_keys_unchecked(keys)
+        return self._timed("exists", len(keys), lambda: self._guarded("exists", skeys, None, context, "pages_exist"), 0)
 
-    def _write_storage(self, skeys: list[str], pages: list[PageBuffers]) -> list[bool]:
-        return self._guarded("set", self.write_pages, skeys, pages)
-
-    def _read_storage(self, skeys: list[str], pages: list[PageBuffers]) -> list[bool]:
-        return self._guarded("get", self.read_pages, skeys, pages)
+    def _move(
+        self, op: str, entry: RegisteredPool, keys: list[str], starts: list[int], context: BatchContext
+    ) -> list[bool]:
+        """Read (``op="get"``) or write (``"set"``) ``keys`` at slot ``starts`` of ``entry``'s pool."""
+        skeys = entry.keyspace.storage_keys_unchecked(keys)
+        pages, after_read = entry.pages(starts)
+        primitive = "read_pages" if op == "get" else "write_pages"
+        results = self._timed(
+            op, len(keys), lambda: self._guarded(op, skeys, pages, context, primitive), entry.keyspace.page_bytes
+        )
+        if after_read is not None and op == "get":
+            after_read(results)
+        return results
 
     # ------------------------------------------------------------ SGLang v1
     def batch_get_v1(
         self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None
     ) -> list[bool]:
-        """Read pages straight into host-pool slots; one bool per key (``False`` = miss)."""
-        space = self._require_ready()
+        """Read KV pages straight into host-pool slots; one bool per key (``False`` = miss)."""
+        entry = self._require_bytes(self._require_ready())
         keys = validate_keys(keys)
-        starts = self._page_starts(keys, host_indices)
+        starts = entry.page_starts(len(keys), host_indices)
         if not keys:
             return []
-        skeys = space.storage_keys_unchecked(keys)
-        pages = pool_page_buffers(self.mem_pool_host, starts)
-        return self._timed("get", keys, lambda: self._read_storage(skeys, pages), space.page_bytes)
+        return self._move("get", entry, keys, starts, self._context(entry, extra_info))
 
     def batch_set_v1(
         self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None
     ) -> list[bool]:
-        """Write pages straight from host-pool slots; one bool per key (``True`` = stored)."""
-        space = self._require_ready()
+        """Write KV pages straight from host-pool slots; one bool per key (``True`` = stored)."""
+        entry = self._require_bytes(self._require_ready())
         keys = validate_keys(keys)
-        starts = self._page_starts(keys, host_indices)
+        starts = entry.page_starts(len(keys), host_indices)
         if not keys:
             return []
-        skeys = space.storage_keys_unchecked(keys)
-        pages = pool_page_buffers(self.mem_pool_host, starts)
-        return self._timed("set", keys, lambda: self._write_storage(skeys, pages), space.page_bytes)
+        return self._move("set", entry, keys, starts, self._context(entry, extra_info))
 
     # ------------------------------------------------------------ existence
     def batch_exists_each(self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None) -> list[bool]:
-        """Per-key existence: one bool per key, so a partial hit is not mistaken for a miss."""
-        space = self._require_ready()
+        """Per-key existence of KV pages: one bool per key, so a partial hit is not mistaken for a miss."""
+        entry = self._require_ready()
         keys = validate_keys(keys)
         if not keys:
             return []
-        skeys = space.storage_keys_unchecked(keys)
-        return self._timed("exists", keys, lambda: self._exists_storage(skeys), 0)
+        if entry.holds_no_bytes:
+            return [True] * len(keys)
+        return self._exists_in(entry, keys, self._context(entry, extra_info))
 
     def batch_exists(self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None) -> int:
         """Number of consecutive existing keys from the start of ``keys`` (SGLang semantics)."""
-        count = 0
-        for hit in self.batch_exists_each(keys, extra_info):
-            if not hit:
-                break
-            count += 1
-        return count
+        return leading_run(self.batch_exists_each(keys, extra_info))
 
     def exists(self, key: str) -> bool:
         """Whether one key is stored."""
         return self.batch_exists_each([validate_key(key)])[0]
+
+    # ------------------------------------------------------------ SGLang v2 (multi-pool)
+    def batch_exists_v2(
+        self,
+        keys: list[str],
+        pool_transfers: Sequence[Any] | None = None,
+        extra_info: HiCacheStorageExtraInfo | None = None,
+    ) -> PoolTransferResult:
+        """Longest prefix of ``keys`` restorable with KV and every gating sidecar (rules: ``docs/contract.md``).
+
+        Sidecar pages are looked up under the KV page hashes they sit at (``keys``), except a
+        ``BLOCK_GROUPS`` pool, which names its own keys. The answer's ``restorable_prefix_pages``
+        lists every restorable prefix length, for callers that intersect them across ranks.
+        """
+        self._require_v2()
+        keys = validate_keys(keys)
+        steps = plan_exists(self._hc_pools, pool_transfers)
+        kv = self._hc_pools.get(KV_POOL)
+        if not keys:
+            return PoolTransferResult(0, {}, [])
+        kv_pages = (
+            len(keys) if kv.holds_no_bytes else leading_run(self._exists_in(kv, keys, self._context(kv, extra_info)))
+        )
+        presence: list[PoolPresence] = []
+        for step in steps:
+            if not kv_pages:
+                break
+            wanted = step.keys if step.policy is PoolHitPolicy.BLOCK_GROUPS else keys[:kv_pages]
+            flags = self._exists_in(step.entry, wanted, self._context(step.entry, extra_info)) if wanted else []
+            presence.append(
+                PoolPresence(step.name, step.policy, flags, step.window, step.block_pages, step.group_pages)
+            )
+        return fold_pool_hits(kv_pages, presence, kv_name=PoolName.KV)
+
+    def batch_get_v2(
+        self, transfers: Sequence[Any], extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> dict[Any, list[bool]]:
+        """Read each transfer's pages into its pool's host slots; one list of bools per pool name."""
+        return self._move_v2("get", transfers, extra_info)
+
+    def batch_set_v2(
+        self, transfers: Sequence[Any], extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> dict[Any, list[bool]]:
+        """Write each transfer's pages from its pool's host slots; one list of bools per pool name."""
+        return self._move_v2("set", transfers, extra_info)
+
+    def _move_v2(self, op: str, transfers: Sequence[Any], extra_info: Any) -> dict[Any, list[bool]]:
+        self._require_v2()
+        steps: list[TransferStep] = plan_transfers(self._hc_pools, transfers)
+        results: dict[Any, list[bool]] = {}
+        for step in steps:
+            done = (
+                self._move(op, step.entry, step.keys, step.starts, self._context(step.entry, extra_info))
+                if step.keys
+                else []
+            )
+            results[step.name] = results.get(step.name, []) + done
+        return results
 
     # ------------------------------------------------------------ SGLang v0
     def batch_get(
@@ -323,7 +470,8 @@ class HiCacheStorage(ABC):
         ``target_locations`` (optional) are flat CPU tensors of one page each, filled in place;
         without them, new tensors from the pool's ``get_dummy_flat_data_page()`` are returned.
         """
-        space = self._require_ready()
+        entry = self._require_bytes(self._require_ready())
+        space = entry.keyspace
         keys = validate_keys(keys)
         pool = self.mem_pool_host
         if target_locations is None:
@@ -336,7 +484,10 @@ class HiCacheStorage(ABC):
         if not keys:
             return []
         skeys = space.storage_keys_unchecked(keys)
-        hits = self._timed("get", keys, lambda: self._read_storage(skeys, pages), space.page_bytes)
+        context = self._context(entry, None)
+        hits = self._timed(
+            "get", len(keys), lambda: self._guarded("get", skeys, pages, context, "read_pages"), space.page_bytes
+        )
         return [target if hit else None for target, hit in zip(targets, hits, strict=True)]
 
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> torch.Tensor | None:
@@ -352,7 +503,8 @@ class HiCacheStorage(ABC):
 
     def batch_set_each(self, keys: list[str], values: Any) -> list[bool]:
         """Write flat pages; one bool per key."""
-        space = self._require_ready()
+        entry = self._require_bytes(self._require_ready())
+        space = entry.keyspace
         keys = validate_keys(keys)
         if values is None:
             raise InvalidRequestError("values is required: one flat page tensor per key")
@@ -363,24 +515,32 @@ class HiCacheStorage(ABC):
         if not keys:
             return []
         skeys = space.storage_keys_unchecked(keys)
-        return self._timed("set", keys, lambda: self._write_storage(skeys, pages), space.page_bytes)
+        context = self._context(entry, None)
+        return self._timed(
+            "set", len(keys), lambda: self._guarded("set", skeys, pages, context, "write_pages"), space.page_bytes
+        )
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
         """Write one flat page."""
         return self.batch_set([validate_key(key)], [value])
 
     # ------------------------------------------------------------ maintenance
-    def delete(self, keys: list[str]) -> list[bool]:
-        """Remove pages; one bool per key (``True`` = absent afterwards). Needs ``supports_delete``."""
-        space = self._require_ready()
+    def delete(self, keys: list[str], pool: object = KV_POOL) -> list[bool]:
+        """Remove pages of ``pool`` (default the KV pool); one bool per key (``True`` = absent afterwards).
+
+        Needs ``supports_delete``.
+        """
+        self._require_ready()
+        entry = self._hc_pools.get(pool)
         keys = validate_keys(keys)
         if not self.capabilities.supports_delete:
             raise UnsupportedOperation(f"{type(self).__name__} does not declare supports_delete")
         if not keys:
             return []
-        skeys = space.storage_keys_unchecked(keys)
+        skeys = entry.keyspace.storage_keys_unchecked(keys)
+        context = self._context(entry, None)
         return self._timed(
-            "delete", keys, lambda: self._guarded("delete", lambda k, _p: self.delete_pages(k), skeys, None), 0
+            "delete", len(keys), lambda: self._guarded("delete", skeys, None, context, "delete_pages"), 0
         )
 
     def clear(self) -> None:
@@ -388,7 +548,7 @@ class HiCacheStorage(ABC):
 
         Faults are counted, not raised; :class:`UnsupportedOperation` if the capability is absent.
         """
-        if self._closed:
+        if self._hc_closed:
             raise InvalidRequestError(f"{type(self).__name__} is closed")
         if not self.capabilities.supports_clear:
             raise UnsupportedOperation(f"{type(self).__name__} does not declare supports_clear")
@@ -406,10 +566,10 @@ class HiCacheStorage(ABC):
 
     def close(self) -> None:
         """Release resources; idempotent. Later storage calls raise :class:`InvalidRequestError`."""
-        with self._close_lock:
-            if self._closed:
+        with self._hc_close_lock:
+            if self._hc_closed:
                 return
-            self._closed = True
+            self._hc_closed = True
         self.release()
 
     @classmethod
@@ -439,7 +599,7 @@ class HiCacheStorage(ABC):
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has been called."""
-        return self._closed
+        return self._hc_closed
 
     def __enter__(self: T) -> T:
         return self
@@ -448,13 +608,7 @@ class HiCacheStorage(ABC):
         self.close()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} api_version={self.api_version} closed={self._closed}>"
-
-
-@functools.lru_cache(maxsize=8)
-def _page_offsets(page_size: int) -> torch.Tensor:
-    """``0 .. page_size-1`` (cached: a process uses a handful of page sizes)."""
-    return torch.arange(page_size, dtype=torch.int64)
+        return f"<{type(self).__name__} api_version={self.api_version} closed={self._hc_closed}>"
 
 
 def _looks_like_config(value: object) -> bool:

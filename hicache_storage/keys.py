@@ -23,6 +23,7 @@ __all__ = [
     "KeySpace",
     "namespace_root",
     "page_hashes",
+    "storage_namespace_seed",
     "validate_key",
     "validate_keys",
 ]
@@ -36,6 +37,28 @@ _UINT32_MAX = 0xFFFFFFFF
 _SAFE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SAFE_BATCH = re.compile(rf"(?:[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_KEY_LENGTH - 1}}}\n)*")
 _NAMESPACE_TAG = b"hicache-storage/namespace/v1\x00"
+_SGLANG_NAMESPACE_TAG = b"sglang-cache-namespace-v1"
+
+
+def storage_namespace_seed(extra_key: str | None, cache_salt: str | None) -> str | None:
+    """SGLang's chain seed for a request's ``extra_key`` and ``cache_salt`` (hex), or ``None`` for neither.
+
+    SHA-256 of ``b"sglang-cache-namespace-v1"`` followed, for each part, by ``b"\\x00"`` when it is
+    ``None`` or ``b"\\x01"`` + its UTF-8 length as 8 bytes little-endian + its UTF-8 bytes; so an
+    absent part, an empty part and two parts run together all seed differently.
+    """
+    if extra_key is None and cache_salt is None:
+        return None
+    hasher = hashlib.sha256(_SGLANG_NAMESPACE_TAG)
+    for name, part in (("extra_key", extra_key), ("cache_salt", cache_salt)):
+        if part is None:
+            hasher.update(b"\x00")
+            continue
+        if not isinstance(part, str):
+            raise ValueError(f"{name} must be a str or None, got {type(part).__name__}")
+        raw = part.encode("utf-8")
+        hasher.update(b"\x01" + struct.pack("<Q", len(raw)) + raw)
+    return hasher.hexdigest()
 
 
 def namespace_root(namespace: str) -> str:
@@ -56,26 +79,40 @@ def page_hashes(
     prior_hash: str | None = None,
     *,
     namespace: str | None = None,
+    extra_key: str | None = None,
+    cache_salt: str | None = None,
 ) -> list[str]:
     """SGLang's page keys for ``token_ids``: one lowercase hex SHA-256 digest per page.
 
     ``digest_i = SHA256(digest_{i-1} raw bytes || uint32-LE tokens of page i)``; the first page has
-    no prefix unless ``prior_hash`` (the parent's last page hash) or ``namespace`` is given.
-    The last page may be shorter than ``page_size``. Token ids outside ``[0, 2**32)`` raise
-    :class:`ValueError`.
+    no prefix unless ``prior_hash`` (the parent's last page hash) or a seed is given. Seeds:
+    ``extra_key``/``cache_salt`` give SGLang's request namespace (``get_storage_hash_str`` with
+    :func:`storage_namespace_seed`, bit for bit); ``namespace`` gives this SDK's own framed seed
+    (:func:`namespace_root`). A ``prior_hash`` already carries its chain's seed, so it cannot be
+    combined with one. The last page may be shorter than ``page_size``. Token ids outside
+    ``[0, 2**32)`` raise :class:`ValueError`.
     """
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, got {page_size!r}")
-    if prior_hash is not None and namespace is not None:
+    salted = extra_key is not None or cache_salt is not None
+    if prior_hash is not None and (namespace is not None or salted):
         raise ValueError(
-            "pass either prior_hash (continuing a chain, which already carries its namespace) "
-            "or namespace (starting a chain), not both"
+            "pass either prior_hash (continuing a chain, which already carries its seed) "
+            "or a seed (namespace, or extra_key/cache_salt) to start a chain, not both"
+        )
+    if namespace is not None and salted:
+        raise ValueError(
+            "namespace (this SDK's seed) and extra_key/cache_salt (SGLang's request namespace) are two "
+            "different seeds; pass one of them"
         )
     prior: bytes | None = None
     if prior_hash is not None:
         prior = _hex_digest_bytes(prior_hash, "prior_hash")
     elif namespace is not None:
         prior = bytes.fromhex(namespace_root(namespace))
+    elif salted:
+        seed = storage_namespace_seed(extra_key, cache_salt)
+        prior = bytes.fromhex(seed) if seed is not None else None
     tokens = list(token_ids)
     for position, token in enumerate(tokens):
         if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= _UINT32_MAX:
@@ -128,8 +165,9 @@ def validate_keys(keys: object) -> list[str]:
     """Validate a batch of keys (a list or tuple of str); raises before anything is done."""
     if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
         raise InvalidKeyError(f"keys must be a list of str, got {type(keys).__name__}")
-    try:  # fast path: one regex over the whole batch
-        if _SAFE_BATCH.fullmatch("\n".join(keys) + "\n" if keys else "") is not None:
+    try:  # fast path: one regex over the whole batch, one line per key
+        joined = "\n".join(keys) + "\n" if keys else ""
+        if joined.count("\n") == len(keys) and _SAFE_BATCH.fullmatch(joined) is not None:
             return list(keys)
     except TypeError:
         pass
@@ -166,10 +204,21 @@ class KeySpace:
     namespace: str = ""
     model_revision: str = ""
     format_version: int = KEY_FORMAT_VERSION
+    #: The pool the pages belong to; ``"kv"`` is the main KV pool.
+    pool: str = "kv"
+    #: Sidecar pool geometry (name, value) pairs beyond dtype and page bytes (shapes, state dtypes).
+    geometry: tuple[tuple[str, str], ...] = ()
+    #: Deployment identity the SDK does not interpret (config fields it does not know), as pairs.
+    identity: tuple[tuple[str, str], ...] = ()
+    #: Whether tp rank/size enter the key; ``None``: unless the pool is MLA (replicated KV).
+    tp_sharded: bool | None = None
 
     @cached_property
     def digest(self) -> str:
-        """20 hex characters identifying everything but the rank."""
+        """20 hex characters identifying everything but the rank.
+
+        The pool, geometry and identity enter only when set, so KV key spaces keep their digest.
+        """
         fields: Iterable[object] = (
             self.format_version,
             self.model_name,
@@ -181,16 +230,25 @@ class KeySpace:
             self.page_bytes,
             "mla" if self.is_mla else "mha",
         )
+        if self.pool != "kv" or self.geometry:
+            fields = (*fields, "pool", self.pool, *(item for pair in self.geometry for item in pair))
+        if self.identity:
+            fields = (*fields, "identity", *(item for pair in self.identity for item in pair))
         hasher = hashlib.sha256(b"hicache-storage/keyspace\x00")
         for value in fields:
             raw = str(value).encode("utf-8")
             hasher.update(struct.pack("<Q", len(raw)) + raw)
         return hasher.hexdigest()[:20]
 
+    @property
+    def shards_tp(self) -> bool:
+        """Whether the pages differ per tp rank (so tp rank/size are part of the key)."""
+        return not self.is_mla if self.tp_sharded is None else self.tp_sharded
+
     @cached_property
     def rank_suffix(self) -> str:
-        """Rank coordinates that shard KV, e.g. ``tp1of2.pp0of1.cp0of1`` (MLA: no tp part)."""
-        parts = [] if self.is_mla else [f"tp{self.tp_rank}of{self.tp_size}"]
+        """Rank coordinates that shard the pages, e.g. ``tp1of2.pp0of1.cp0of1`` (replicated: no tp part)."""
+        parts = [f"tp{self.tp_rank}of{self.tp_size}"] if self.shards_tp else []
         parts += [f"pp{self.pp_rank}of{self.pp_size}", f"cp{self.cp_rank}of{self.cp_size}"]
         return ".".join(parts)
 

@@ -31,15 +31,22 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from .batch_context import BatchContext
 from .config import make_config
 from .host_pool import HostKVPool
 from .interface import HiCacheStorage
+from .keys import KeySpace
+from .state_pool import HostStatePool
 
 __all__ = [
     "FAST_RESILIENCE",
     "check_outage_and_recovery",
     "check_raw_client",
     "PAGE_SIZE",
+    "attach_hybrid_pools",
+    "make_hybrid_pools",
+    "make_state_pool",
+    "plain_context",
     "TestServices",
     "close_backends",
     "make_backend",
@@ -100,6 +107,46 @@ def make_pool(
         generator = torch.Generator().manual_seed(seed)
         raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=generator))
     return pool
+
+
+def make_state_pool(num_slots: int = 16, *, layer_num: int = 2, seed: int | None = 5) -> HostStatePool:
+    """A small Mamba-style state pool (one slot per node boundary), seeded random bytes unless ``seed`` is None."""
+    pool = HostStatePool(num_slots=num_slots, layer_num=layer_num, temporal_shape=(2, 8), conv_shapes=((3, 4), (2, 4)))
+    if seed is not None:
+        pool.fill_random(seed)
+    return pool
+
+
+def make_hybrid_pools(
+    layout: str = "page_first", *, num_pages: int = 16, page_size: int = PAGE_SIZE, seed: int = 7
+) -> dict[str, Any]:
+    """Seeded pools of a hybrid model: ``kv`` (full attention), ``swa`` (sliding-window KV, fewer layers),
+    ``indexer`` (a DSA-style per-token sidecar indexed like KV) and ``mamba`` (state slots)."""
+    return {
+        "kv": make_pool(layout, num_pages=num_pages, page_size=page_size, seed=seed),
+        "swa": make_pool(layout, num_pages=num_pages, page_size=page_size, layer_num=1, head_dim=8, seed=seed + 1),
+        "indexer": make_pool(
+            layout, True, num_pages=num_pages, page_size=page_size, layer_num=1, kv_cache_dim=8, seed=seed + 2
+        ),
+        "mamba": make_state_pool(num_pages, seed=seed + 3),
+    }
+
+
+def attach_hybrid_pools(backend: HiCacheStorage, pools: Mapping[str, Any]) -> None:
+    """Register ``pools`` (from :func:`make_hybrid_pools`) the way SGLang's hybrid controller does."""
+    backend.register_mem_pool_host(pools["kv"])
+    for name, pool in pools.items():
+        if name != "kv":
+            backend.register_mem_host_pool_v2(pool, name)
+    backend.on_host_pools_registered()
+
+
+def plain_context(page_bytes: int, pool: str = "kv") -> BatchContext:
+    """A :class:`BatchContext` for calling primitives directly, before any host pool is attached."""
+    space = KeySpace(
+        model_name="test", dtype="uint8", layout="page_first", page_size=1, page_bytes=page_bytes, is_mla=False
+    )
+    return BatchContext(pool=pool, keyspace=space)
 
 
 def page_indices(first_page: int, count: int, page_size: int = PAGE_SIZE) -> torch.Tensor:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from hicache_storage import Capabilities, HiCacheStorage, HostKVPool
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.interface import PageBuffers
 from hicache_storage.page_format import decode_into, encode_record
 
@@ -24,24 +25,24 @@ class MemoryBackend(HiCacheStorage):
         self.lock = threading.Lock()
         self.primitive_calls: list[tuple[str, int]] = []
 
-    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         self.primitive_calls.append(("write", len(keys)))
         with self.lock:
             for key, page in zip(keys, pages):
                 self.records[key] = encode_record(page)
         return [True] * len(keys)
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         self.primitive_calls.append(("read", len(keys)))
         with self.lock:
             return [key in self.records and decode_into(self.records[key], page) for key, page in zip(keys, pages)]
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         self.primitive_calls.append(("exists", len(keys)))
         with self.lock:
             return [key in self.records for key in keys]
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         with self.lock:
             for key in keys:
                 self.records.pop(key, None)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.bench import OpResult, _pool, _ratios, run_bench
 from hicache_storage.commands import run
 from hicache_storage.config import make_config
@@ -45,7 +46,7 @@ def test_bench_leaves_no_pages_behind() -> None:
 class _HollowReads(sim.SimBackend):  # type: ignore[misc,name-defined]
     """Claims every read succeeded without bringing any bytes back."""
 
-    def read_pages(self, keys: Any, pages: Any) -> list[bool]:
+    def read_pages(self, keys: Any, pages: Any, context: BatchContext) -> list[bool]:
         return [True] * len(keys)
 
 

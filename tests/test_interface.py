@@ -100,20 +100,20 @@ class Faulty(MemoryBackend):
         super().__init__(config)
         self.broken = True
 
-    def read_pages(self, keys: Sequence[str], pages):
+    def read_pages(self, keys: Sequence[str], pages, context):
         if self.broken:
             raise BackendFault("connection refused")
-        return super().read_pages(keys, pages)
+        return super().read_pages(keys, pages, context)
 
-    def pages_exist(self, keys):
+    def pages_exist(self, keys, context):
         if self.broken:
             raise ConnectionError("reset by peer")
-        return super().pages_exist(keys)
+        return super().pages_exist(keys, context)
 
-    def write_pages(self, keys, pages):
+    def write_pages(self, keys, pages, context):
         if self.broken:
             raise TimeoutError("timed out")
-        return super().write_pages(keys, pages)
+        return super().write_pages(keys, pages, context)
 
 
 def test_faults_become_misses_and_are_counted(pool):
@@ -132,7 +132,7 @@ def test_faults_become_misses_and_are_counted(pool):
 
 
 class WrongLength(MemoryBackend):
-    def pages_exist(self, keys):
+    def pages_exist(self, keys, context):
         return [True]
 
 

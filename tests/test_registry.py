@@ -30,9 +30,9 @@ MODULE = textwrap.dedent(
     from hicache_storage import HiCacheStorage
 
     class Good(HiCacheStorage):
-        def write_pages(self, keys, pages): return [True] * len(keys)
-        def read_pages(self, keys, pages): return [False] * len(keys)
-        def pages_exist(self, keys): return [False] * len(keys)
+        def write_pages(self, keys, pages, context): return [True] * len(keys)
+        def read_pages(self, keys, pages, context): return [False] * len(keys)
+        def pages_exist(self, keys, context): return [False] * len(keys)
 
     class Future(Good):
         api_version = "1.9"
@@ -90,7 +90,7 @@ def test_duplicate_names_error_names_both(plugin_path):
         resolve_backend("dup", path=plugin_path)
 
 
-@pytest.mark.parametrize(("name", "pattern"), [("future", "minor version <= 0"), ("major", "major version 1")])
+@pytest.mark.parametrize(("name", "pattern"), [("future", "minor version <= 1"), ("major", "major version 1")])
 def test_api_version_check(plugin_path, name, pattern):
     with pytest.raises(ApiVersionError, match=pattern):
         resolve_backend(name, path=plugin_path)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from hicache_storage import BackendFault, Capabilities, ConfigError, HiCacheStorage
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_format import decode_into, encode_record
 
 __all__ = ["MemoryBackend"]
@@ -39,7 +40,7 @@ class MemoryOptions:
 class MemoryBackend(HiCacheStorage):
     """Checksummed pages in a shared in-process dict."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         persistent=True, supports_delete=True, supports_clear=True, verifies_integrity=True, max_batch_size=64
     )
     Options: ClassVar[type[Any]] = MemoryOptions
@@ -50,8 +51,11 @@ class MemoryBackend(HiCacheStorage):
         with _LOCK:
             self._store = _STORES.setdefault(self.options.store, OrderedDict())
         self._available = True
-        if self.options.capacity_pages:
-            self.capabilities = dataclasses.replace(self.capabilities, may_evict=True)
+
+    @classmethod
+    def capabilities_for(cls, options: Any) -> Capabilities:
+        """A page capacity makes the store evict."""
+        return dataclasses.replace(cls.capabilities, may_evict=True) if options.capacity_pages else cls.capabilities
 
     # side channel
     def raw_store(self) -> OrderedDict[str, bytes]:
@@ -67,7 +71,7 @@ class MemoryBackend(HiCacheStorage):
             raise BackendFault("store unavailable")
 
     # primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         self._check()
         records = [encode_record(page) for page in pages]
         with _LOCK:
@@ -79,18 +83,18 @@ class MemoryBackend(HiCacheStorage):
                 self._store.popitem(last=False)
         return [True] * len(keys)
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         self._check()
         with _LOCK:
             records = [self._store.get(key) for key in keys]
         return [record is not None and decode_into(record, page) for record, page in zip(records, pages)]
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         self._check()
         with _LOCK:
             return [key in self._store for key in keys]
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         self._check()
         with _LOCK:
             for key in keys:

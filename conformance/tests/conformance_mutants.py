@@ -14,6 +14,7 @@ import torch
 from hicache_storage_conformance.reference import _LOCK, MemoryBackend
 
 from hicache_storage import HiCacheStorageExtraInfo
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_format import decode_into, encode_record
 
 Page = list[memoryview]
@@ -39,14 +40,14 @@ class IgnoresNamespace(MemoryBackend):
 
 
 class StaleOverwrite(MemoryBackend):
-    def write_pages(self, keys: Sequence[str], pages: Sequence[Page]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
         fresh = [(k, p) for k, p in zip(keys, pages) if k not in self.raw_store()]
-        super().write_pages([k for k, _ in fresh], [p for _, p in fresh])
+        super().write_pages([k for k, _ in fresh], [p for _, p in fresh], context)
         return [True] * len(keys)
 
 
 class AcceptsTruncated(MemoryBackend):
-    def read_pages(self, keys: Sequence[str], pages: Sequence[Page]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
         self._check()
         out = []
         for key, page in zip(keys, pages):
@@ -82,7 +83,7 @@ class NoneFromV1(MemoryBackend):
 
 
 class VisibleEarly(MemoryBackend):
-    def write_pages(self, keys: Sequence[str], pages: Sequence[Page]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
         self._check()
         for key, page in zip(keys, pages):
             record = encode_record(page)
@@ -97,7 +98,7 @@ class VisibleEarly(MemoryBackend):
                 self.raw_store()[key] = record
         return [True] * len(keys)
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[Page]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
         self._check()
         with _LOCK:
             records = [self.raw_store().get(key) for key in keys]
@@ -105,10 +106,10 @@ class VisibleEarly(MemoryBackend):
 
 
 class SwapsPages(MemoryBackend):
-    def read_pages(self, keys: Sequence[str], pages: Sequence[Page]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
         if len(keys) >= 2:
             keys = [keys[1], keys[0], *keys[2:]]
-        return super().read_pages(keys, pages)
+        return super().read_pages(keys, pages, context)
 
 
 class IgnoresSlotOffset(MemoryBackend):
@@ -124,17 +125,17 @@ class IgnoresSlotOffset(MemoryBackend):
 
 
 class FlipsByte(MemoryBackend):
-    def write_pages(self, keys: Sequence[str], pages: Sequence[Page]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
         flipped = []
         for page in pages:
             data = bytearray(b"".join(bytes(s) for s in page))
             data[len(data) // 2] ^= 0x01
             flipped.append([memoryview(data)])
-        return super().write_pages(keys, flipped)
+        return super().write_pages(keys, flipped, context)
 
 
 class DeleteKeepsPages(MemoryBackend):
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         return [True] * len(keys)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from hicache_storage import HiCacheStorage, load_backend, make_config, page_hashes
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.interface import PageBuffers
 from hicache_storage.page_format import decode_into, encode_record
 from hicache_storage.pipeline import BufferOnlyPipeline, DeviceKVPool, PipelineConfig, Span
@@ -130,7 +131,7 @@ class ScriptedBackend(HiCacheStorage):
     def _bare(key: str) -> str:
         return key.split(".")[1]
 
-    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         self.calls.append(("write", len(keys)))
         out = []
         for key, page in zip(keys, pages, strict=True):
@@ -140,14 +141,14 @@ class ScriptedBackend(HiCacheStorage):
             out.append(ok)
         return out
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         self.calls.append(("read", len(keys)))
         return [
             key in self.records and self._bare(key) not in self.fail_read and decode_into(self.records[key], page)
             for key, page in zip(keys, pages, strict=True)
         ]
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         self.calls.append(("exists", len(keys)))
         return [key in self.records and self._bare(key) not in self.hidden for key in keys]
 

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from replay_support import DEVICE_TOKENS, INPUT_TOKENS, PAGE, synthetic_requests
 
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.replay.engine import EngineConfig, ModelShape, run_replay
 from hicache_storage.replay.trace import TraceRequest
 
@@ -77,8 +78,8 @@ def test_corrupt_pages_are_detected_and_recomputed() -> None:
     from hicache_storage.registry import register_backend, unregister_backend
 
     class Corrupting(SimBackend):
-        def read_pages(self, keys: Any, pages: Any) -> list[bool]:
-            results = super().read_pages(keys, pages)
+        def read_pages(self, keys: Any, pages: Any, context: BatchContext) -> list[bool]:
+            results = super().read_pages(keys, pages, context)
             for page in pages:
                 page[0][0] ^= 0xFF
             return results

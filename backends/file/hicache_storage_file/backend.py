@@ -17,7 +17,6 @@ import contextlib
 import itertools
 import os
 import secrets
-import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -28,9 +27,8 @@ from hicache_storage import (
     ConfigError,
     HiCacheStorage,
     HiCacheStorageConfig,
-    HiCacheStorageExtraInfo,
-    InvalidRequestError,
 )
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_header, parse_header
 from hicache_storage.vectored_io import preadv_all, writev_all
 
@@ -55,7 +53,7 @@ class FileBackend(HiCacheStorage):
     """
 
     Options: ClassVar[type[Any]] = FileOptions
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         zero_copy=True,
         persistent=True,
         shared=True,
@@ -87,11 +85,15 @@ class FileBackend(HiCacheStorage):
         self._nonce = secrets.token_hex(4)
         self._counter = itertools.count()
         self._eviction: ChainEviction | None = None
-        self._batch_context = threading.local()
         if options.max_bytes is not None:
             self._eviction = ChainEviction(options.max_bytes)
             self._eviction.seed(self._existing_pages())
-            self.capabilities = replace(type(self).capabilities, may_evict=True)  # type: ignore[misc]
+
+    @classmethod
+    def capabilities_for(cls, options: Any) -> Capabilities:
+        """With ``max_bytes`` the backend evicts pages on its own."""
+        declared = cls.capabilities
+        return replace(declared, may_evict=True) if options.max_bytes is not None else declared
 
     # ------------------------------------------------------------ helpers
     @property
@@ -102,11 +104,6 @@ class FileBackend(HiCacheStorage):
     def path_for(self, storage_key: str) -> Path:
         """File that holds (or would hold) the page of ``storage_key``."""
         return Path(self._layout.path_for(storage_key))
-
-    def _page_record_bytes(self) -> int:
-        if self.keyspace is None:
-            raise InvalidRequestError("register_mem_pool_host(pool) must be called before storage calls")
-        return HEADER_SIZE + self.keyspace.page_bytes
 
     def _integrity_failure(self) -> bool:
         self.stats.bump("integrity_failures")
@@ -123,40 +120,21 @@ class FileBackend(HiCacheStorage):
         return found
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         directories: set[str] = set()
         results = map_pages(lambda key, page: self._write_one(key, page, directories), keys, pages, self._io_threads)
         if self._fsync:
             for directory in directories:
                 _fsync_directory(directory)
         if self._eviction is not None:
-            size = self._page_record_bytes()
-            parent = getattr(self._batch_context, "parent", None)
+            size = HEADER_SIZE + context.page_bytes
+            parent = _parent_key(context)
             self._eviction.record_batch(
                 [(self._path_for(key), size if ok else None) for key, ok in zip(keys, results, strict=True)],
                 parent=self._path_for(parent) if parent is not None and len(keys) else None,
             )
             self._evict()
         return results
-
-    def batch_set_v1(
-        self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None
-    ) -> list[bool]:
-        """As the base class; with ``max_bytes``, ``extra_info.prefix_keys`` links the batch to its chain."""
-        if self._eviction is None:
-            return super().batch_set_v1(keys, host_indices, extra_info)
-        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
-        parent = None
-        if prefix and self.keyspace is not None and isinstance(prefix[-1], str):
-            try:
-                parent = self.keyspace.storage_key(prefix[-1])
-            except ValueError:
-                parent = None
-        self._batch_context.parent = parent
-        try:
-            return super().batch_set_v1(keys, host_indices, extra_info)
-        finally:
-            self._batch_context.parent = None
 
     def _write_one(self, key: str, page: list[memoryview], directories: set[str]) -> bool:
         layout = self._layout
@@ -189,7 +167,7 @@ class FileBackend(HiCacheStorage):
             return False
         return True
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         return map_pages(self._read_one, keys, pages, self._io_threads)
 
     def _read_one(self, key: str, page: list[memoryview]) -> bool:
@@ -213,8 +191,8 @@ class FileBackend(HiCacheStorage):
             return self._integrity_failure()
         return True
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
-        want = self._page_record_bytes()
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        want = HEADER_SIZE + context.page_bytes
         path_for = self._layout.path_for
         results = []
         for key in keys:
@@ -224,7 +202,7 @@ class FileBackend(HiCacheStorage):
                 results.append(False)
         return results
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         for key in keys:
             self._remove(self._layout.path_for(key))
         return [True] * len(keys)
@@ -258,3 +236,11 @@ def _fsync_directory(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _parent_key(context: BatchContext) -> str | None:
+    """Storage key of the page before the batch (``extra_info.prefix_keys``), when the caller named a valid one."""
+    try:
+        return context.parent_storage_key()
+    except ValueError:
+        return None

@@ -203,7 +203,7 @@ def test_failed_write_leaves_no_temp_file(tmp_path: Path) -> None:
     target.parent.mkdir(parents=True)
     target.mkdir()  # a directory where the page file should go: os.replace fails
     with pytest.raises(OSError):
-        backend.write_pages([storage_key], [page])
+        backend.write_pages([storage_key], [page], kit.plain_context(64))
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
 
 
@@ -223,11 +223,11 @@ def test_long_keys_get_bounded_unique_file_names(tmp_path: Path) -> None:
     name_a, name_b = backend.path_for(long_a).name, backend.path_for(long_b).name
     assert name_a != name_b and len(name_a) < 200 and len(name_b) < 200
     page = [memoryview(bytearray(b"x" * 100))]
-    assert backend.write_pages([long_a], [page]) == [True]
+    assert backend.write_pages([long_a], [page], kit.plain_context(100)) == [True]
     out = [memoryview(bytearray(100))]
-    assert backend.read_pages([long_a], [out]) == [True]
+    assert backend.read_pages([long_a], [out], kit.plain_context(100)) == [True]
     assert bytes(out[0]) == b"x" * 100
-    assert backend.read_pages([long_b], [out]) == [False]
+    assert backend.read_pages([long_b], [out], kit.plain_context(100)) == [False]
 
 
 def test_directories_are_0700_and_files_0600(tmp_path: Path) -> None:
@@ -352,7 +352,7 @@ def _writer(root: str, fill: int, rounds: int) -> None:
     data = memoryview(bytearray([fill]) * _PAGE)
     pages = [[data[: _PAGE // 3], data[_PAGE // 3 :]] for _ in _KEYS]
     for _ in range(rounds):
-        if not all(backend.write_pages(_KEYS, pages)):
+        if not all(backend.write_pages(_KEYS, pages, kit.plain_context(_PAGE))):
             raise SystemExit(1)
 
 
@@ -366,7 +366,7 @@ def test_two_processes_writing_the_same_keys_never_tear(tmp_path: Path) -> None:
     hits = 0
     try:
         while any(proc.is_alive() for proc in writers) or hits == 0:
-            results = reader.read_pages(_KEYS, [[memoryview(b)] for b in buffers])
+            results = reader.read_pages(_KEYS, [[memoryview(b)] for b in buffers], kit.plain_context(_PAGE))
             for hit, buffer in zip(results, buffers):
                 if hit:
                     hits += 1

@@ -23,7 +23,8 @@ import xxhash
 from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
-from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, InvalidRequestError
+from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
 
 from .local_io import TEMP_SUFFIX, LocalPageFiles
@@ -50,7 +51,7 @@ class FsspecBackend(HiCacheStorage):
     """
 
     Options: ClassVar[type[Any]] = FsspecOptions
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         persistent=True,
         shared=True,
         supports_delete=True,
@@ -62,6 +63,12 @@ class FsspecBackend(HiCacheStorage):
     def raw_baseline(config: HiCacheStorageConfig) -> RawFsspec:
         """Bulk fsspec calls under ``<root>/raw-baseline`` for ``hicache-storage bench`` to compare with."""
         return RawFsspec.from_config(config)
+
+    @classmethod
+    def capabilities_for(cls, options: Any) -> Capabilities:
+        """An in-memory file system is seen by one process only."""
+        protocol = options.url.split("://", 1)[0] if "://" in options.url else "file"
+        return replace(cls.capabilities, shared=False) if protocol == "memory" else cls.capabilities
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
@@ -90,8 +97,6 @@ class FsspecBackend(HiCacheStorage):
                 self.fs.makedirs(self.root, exist_ok=True)
             except OSError as error:
                 raise ConfigError("extra_config.url", f"cannot create {self.root!r}: {error}") from None
-        if protocol == "memory":  # one process only
-            self.capabilities = replace(type(self).capabilities, shared=False)  # type: ignore[misc]
         self._page_name = re.compile(
             re.escape(self.root + "/")
             + (f"[0-9a-f]{{{self._fanout}}}/" if self._fanout else "")
@@ -137,11 +142,6 @@ class FsspecBackend(HiCacheStorage):
         except Exception as error:  # missing bucket, endpoint down: left to the calls, which miss
             log.debug("bucket %r not checked at start-up (%s)", bucket, type(error).__name__)
 
-    def _record_bytes(self) -> int:
-        if self.keyspace is None:
-            raise InvalidRequestError("register_mem_pool_host(pool) must be called before storage calls")
-        return HEADER_SIZE + self.keyspace.page_bytes
-
     def _gather(self, make: Callable[[Any], Awaitable[Any]], items: Sequence[Any]) -> list[Any]:
         """Run ``make(item)`` for every item on the filesystem's loop, at most ``concurrency`` at
         once (``make`` is called only when a slot is free); results or exceptions, in order."""
@@ -171,7 +171,7 @@ class FsspecBackend(HiCacheStorage):
         return [False if isinstance(item, BaseException) else ok(item) for item in outcomes]
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
             for path, page in zip(paths, pages, strict=True):
@@ -206,8 +206,8 @@ class FsspecBackend(HiCacheStorage):
             self.stats.bump("key_faults", len(faults))
         return [not isinstance(item, BaseException) for item in outcomes]
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
-        want = self._record_bytes()
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+        want = HEADER_SIZE + context.page_bytes
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
             found = [self._local.read(path, page) for path, page in zip(paths, pages, strict=True)]
@@ -236,8 +236,8 @@ class FsspecBackend(HiCacheStorage):
             self.stats.bump("integrity_failures")
         return good
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
-        want = self._record_bytes()
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        want = HEADER_SIZE + context.page_bytes
         paths = [self.path_for(key) for key in keys]
         if self._async:
             outcomes = self._gather(self.fs._info, paths)
@@ -250,7 +250,7 @@ class FsspecBackend(HiCacheStorage):
                     outcomes.append(error)
         return self._settle(outcomes, lambda info: info.get("type") == "file" and info.get("size") == want)
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         return self._remove([self.path_for(key) for key in keys])
 
     def _remove(self, paths: list[str]) -> list[bool]:

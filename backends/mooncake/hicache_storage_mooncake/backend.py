@@ -39,7 +39,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig
+from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig, KeySpace
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_buffers import PageBuffers
 
 from .client import OBJECT_NOT_FOUND, RPC_FAIL, CallGate, code_name, import_store, open_store
@@ -134,7 +135,7 @@ class MooncakeBackend(HiCacheStorage):
     """
 
     Options: ClassVar[type[Any]] = MooncakeOptions
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         zero_copy=True,
         persistent=False,
         shared=True,
@@ -150,18 +151,21 @@ class MooncakeBackend(HiCacheStorage):
         """Mooncake batch calls through a registered staging buffer for ``hicache-storage bench`` to compare with."""
         return RawMooncake.from_config(config)
 
+    @classmethod
+    def capabilities_for(cls, options: Any) -> Capabilities:
+        """Without checksums payload corruption is not seen; staged transfers copy every page."""
+        declared = cls.capabilities
+        if not options.verify_checksum:  # key and length still checked
+            declared = dataclasses.replace(declared, verifies_integrity=False)
+        if options.transfer == "staged":
+            declared = dataclasses.replace(declared, zero_copy=False)
+        return declared
+
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
         options: MooncakeOptions = self.options
         self.key_prefix = options.key_prefix
         self.verify_checksum = bool(options.verify_checksum)
-        declared = type(self).capabilities
-        if not self.verify_checksum:  # key and length still checked, payload corruption is not seen
-            declared = dataclasses.replace(declared, verifies_integrity=False)
-        if options.transfer == "staged":  # every page is copied through the staging slabs
-            declared = dataclasses.replace(declared, zero_copy=False)
-        if declared is not type(self).capabilities:
-            self.capabilities = declared  # type: ignore[misc]
         _, replicate_cls = import_store()
         self._replicate = replicate_cls()
         self._replicate.replica_num = options.replica_num
@@ -174,13 +178,12 @@ class MooncakeBackend(HiCacheStorage):
         self._remove_pool: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------ set-up
-    def on_register_pool(self, pool: Any) -> None:
-        """Register the pool's buffer(s), the header arena and the staging slabs with the transfer engine."""
-        buffers = pool.kv_buffer if isinstance(pool.kv_buffer, (list, tuple)) else [pool.kv_buffer]
-        for tensor in buffers:
+    def on_register_pool(self, pool: Any, keyspace: KeySpace) -> None:
+        """Register the pool's buffers, the header arena and staging slabs (sized for the largest page)."""
+        for tensor in _pool_tensors(pool):
             self._register(int(tensor.data_ptr()), int(tensor.numel() * tensor.element_size()))
-        page_bytes = self.keyspace.page_bytes if self.keyspace is not None else 0
-        record_bytes = HEADER_SIZE + page_bytes
+        largest = max(keyspace.page_bytes, self._staging.item_bytes - HEADER_SIZE if self._staging else 0)
+        record_bytes = HEADER_SIZE + largest
         per_slab = max(1, int(self.options.staging_buffer_size) // STAGING_SLABS // record_bytes)
         with self._setup_lock:
             if self._headers is None:
@@ -293,11 +296,11 @@ class MooncakeBackend(HiCacheStorage):
         return False
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         """Store each page as [header, segments] (remove, then multi-buffer put; staged pages: upsert)."""
         return self._by_rounds(self._write_once, keys, pages)
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         """Read each object into [header slot, segments]; a hit only when size and header (and checksum) match."""
         return self._by_rounds(self._read_once, keys, pages)
 
@@ -470,7 +473,7 @@ class MooncakeBackend(HiCacheStorage):
                         offset += segment.nbytes
                     out[index] = True
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         """``batch_is_exist``: 1 is a hit; 0 and errors are misses."""
         with self._gate:
             codes = self._check(
@@ -478,7 +481,7 @@ class MooncakeBackend(HiCacheStorage):
             )
         return [code == 1 for code in codes]
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         """``batch_remove(force=True)``; a key already absent counts as deleted."""
         with self._gate:
             codes = self._check(
@@ -487,15 +490,15 @@ class MooncakeBackend(HiCacheStorage):
         return [code in (0, OBJECT_NOT_FOUND) for code in codes]
 
     def clear_pages(self) -> None:
-        """Remove every object of this deployment's key space under ``key_prefix`` (all ranks)."""
-        if self.keyspace is None:
-            return
-        pattern = "^" + (self.key_prefix + self.keyspace.prefix).replace(".", r"\.")
-        with self._gate:
-            removed = int(self._store.remove_by_regex(pattern, True))
-        if removed < 0:
-            self.stats.bump(code_name(removed))
-            raise BackendFault(f"Mooncake remove_by_regex failed with code {removed}")
+        """Remove every object of this deployment's key spaces (every registered pool) under ``key_prefix``."""
+        for pool in self.registered_pools():
+            prefix = self.pool_keyspace(pool).prefix
+            pattern = "^" + (self.key_prefix + prefix).replace(".", r"\.")
+            with self._gate:
+                removed = int(self._store.remove_by_regex(pattern, True))
+            if removed < 0:
+                self.stats.bump(code_name(removed))
+                raise BackendFault(f"Mooncake remove_by_regex failed with code {removed}")
 
     def release(self) -> None:
         """Wait for calls in flight, unregister buffers, close the client."""
@@ -549,3 +552,14 @@ class MooncakeRawStore(MutableMapping[str, bytes]):
 
     def __len__(self) -> int:
         raise TypeError("a Mooncake Store cannot count its keys")
+
+
+def _pool_tensors(pool: Any) -> list[Any]:
+    """The tensors holding a host pool's pages: ``kv_buffer`` (KV pools), Mamba's temporal and conv buffers."""
+    found: list[Any] = []
+    for name in ("kv_buffer", "temporal_buffer", "conv_buffer"):
+        value = getattr(pool, name, None)
+        if value is None:
+            continue
+        found.extend(value if isinstance(value, (list, tuple)) else [value])
+    return [tensor for tensor in found if hasattr(tensor, "data_ptr")]

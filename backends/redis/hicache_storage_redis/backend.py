@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 
 from redis.exceptions import ResponseError
 
-from hicache_storage import Capabilities, HiCacheStorage, HiCacheStorageConfig, InvalidRequestError
+from hicache_storage import Capabilities, HiCacheStorage, HiCacheStorageConfig
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_format import HEADER_SIZE, PageRecordError, decode_into, encode_record, parse_header
 
 from .client import build_client
@@ -42,7 +43,7 @@ class RedisBackend(HiCacheStorage):
     """
 
     Options: ClassVar[type[Any]] = RedisOptions
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         persistent=True,
         shared=True,
         may_evict=True,
@@ -88,11 +89,6 @@ class RedisBackend(HiCacheStorage):
         """Mapping storage key → stored record bytes, behind the backend's back."""
         return RedisRawStore(self.client(), self.key_prefix)
 
-    def _record_bytes(self) -> int:
-        if self.keyspace is None:
-            raise InvalidRequestError("register_mem_pool_host(pool) must be called before storage calls")
-        return HEADER_SIZE + self.keyspace.page_bytes
-
     def _chunks(self, count: int) -> Iterator[range]:
         for begin in range(0, count, self._chunk):
             yield range(begin, min(begin + self._chunk, count))
@@ -120,7 +116,7 @@ class RedisBackend(HiCacheStorage):
         return hasher
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         client = self.client()
         rkeys = [self.key_prefix + key for key in keys]
         bkeys = [rkey.encode() for rkey in rkeys]
@@ -171,8 +167,8 @@ class RedisBackend(HiCacheStorage):
             group[1].append(index)
         return list(groups.values())
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
-        want = self._record_bytes()
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+        want = HEADER_SIZE + context.page_bytes
         client = self.client()
         hasher = self._hasher()
         rkeys = [self.key_prefix + key for key in keys]
@@ -219,12 +215,12 @@ class RedisBackend(HiCacheStorage):
             return False
         return True
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
-        want = self._record_bytes()
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        want = HEADER_SIZE + context.page_bytes
         replies = self._run(lambda pipe, i: pipe.strlen(self.key_prefix + keys[i]), len(keys))
         return [reply == want for reply in replies]
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         self._run(lambda pipe, i: pipe.delete(self.key_prefix + keys[i]), len(keys))
         return [True] * len(keys)
 

@@ -19,7 +19,8 @@ import xxhash
 from botocore.config import Config
 from botocore.exceptions import ClientError, NoCredentialsError
 
-from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, InvalidRequestError
+from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_record, parse_header
 
 from .options import S3Options, check_secret_types
@@ -47,7 +48,7 @@ class S3Backend(HiCacheStorage):
     """
 
     Options: ClassVar[type[Any]] = S3Options
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         persistent=True,
         shared=True,
         supports_delete=True,
@@ -136,11 +137,6 @@ class S3Backend(HiCacheStorage):
             self.stats.bump("startup_unreachable")
             log.warning("s3 endpoint not reachable at start-up (%s); pages will miss until it is", type(error).__name__)
 
-    def _record_bytes(self) -> int:
-        if self.keyspace is None:
-            raise InvalidRequestError("register_mem_pool_host(pool) must be called before storage calls")
-        return HEADER_SIZE + self.keyspace.page_bytes
-
     def _map(self, work: Callable[[int], bool], count: int) -> list[bool]:
         """Run ``work(i)`` for each index on the pool; faults on some keys are ``False`` for those keys.
 
@@ -165,7 +161,7 @@ class S3Backend(HiCacheStorage):
         return results
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         def put(index: int) -> bool:
             body = encode_record(pages[index])
             self._client.put_object(Bucket=self.bucket, Key=self.object_key(keys[index]), Body=body)
@@ -173,8 +169,8 @@ class S3Backend(HiCacheStorage):
 
         return self._map(put, len(keys))
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
-        want = self._record_bytes()
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+        want = HEADER_SIZE + context.page_bytes
         return self._map(lambda index: self._read_one(keys[index], pages[index], want), len(keys))
 
     def _read_one(self, key: str, page: list[memoryview], want: int) -> bool:
@@ -205,8 +201,8 @@ class S3Backend(HiCacheStorage):
         self.stats.bump("integrity_failures")
         return False
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
-        want = self._record_bytes()
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        want = HEADER_SIZE + context.page_bytes
 
         def head(index: int) -> bool:
             try:
@@ -219,7 +215,7 @@ class S3Backend(HiCacheStorage):
 
         return self._map(head, len(keys))
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         names = [self.object_key(key) for key in keys]
         failed: set[str] = set()
         for begin in range(0, len(names), _DELETE_BATCH):

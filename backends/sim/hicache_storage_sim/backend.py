@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
 
 from .cost import CostModel
@@ -33,7 +34,7 @@ class SimBackend(HiCacheStorage):
     """
 
     Options: ClassVar[type[Any]] = SimOptions
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         zero_copy=True,
         supports_delete=True,
         supports_clear=True,
@@ -54,9 +55,13 @@ class SimBackend(HiCacheStorage):
         self._lock = threading.Lock()
         #: Modelled seconds of the most recent primitive call (any thread).
         self.last_call_seconds = 0.0
+
+    @classmethod
+    def capabilities_for(cls, options: Any) -> Capabilities:
+        """A named store persists and is shared; a capacity evicts; ``keys_only`` stores no bytes to check."""
         shared = bool(options.store)
-        self.capabilities = replace(  # type: ignore[misc]
-            type(self).capabilities,
+        return replace(
+            cls.capabilities,
             persistent=shared,
             shared=shared,
             may_evict=options.capacity_bytes is not None,
@@ -106,7 +111,7 @@ class SimBackend(HiCacheStorage):
             raise
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         self._enter("set")
         results = []
         moved = evicted = 0
@@ -122,7 +127,7 @@ class SimBackend(HiCacheStorage):
         self._charge("set", moved)
         return results
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         self._enter("get")
         results = []
         moved = 0
@@ -144,9 +149,9 @@ class SimBackend(HiCacheStorage):
         self._charge("get", moved)
         return results
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         self._enter("exists")
-        want = None if self._keys_only or self.keyspace is None else HEADER_SIZE + self.keyspace.page_bytes
+        want = None if self._keys_only else HEADER_SIZE + context.page_bytes
         results = []
         for key in keys:
             record = self._store.peek(key)
@@ -154,7 +159,7 @@ class SimBackend(HiCacheStorage):
         self._charge("exists", 0)
         return results
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         self._enter("delete")
         for key in keys:
             self._store.delete(key)

@@ -194,7 +194,7 @@ def test_injected_faults_are_counted_and_never_raise() -> None:
     stats = backend.get_stats()
     assert stats["ops"]["set"]["faults"] == 1 and stats["ops"]["exists"]["faults"] == 1
     with pytest.raises(BackendFault):
-        backend.write_pages(["k"], [[memoryview(bytearray(4))]])
+        backend.write_pages(["k"], [[memoryview(bytearray(4))]], kit.plain_context(4))
 
 
 def test_unavailable_store_fails_every_call_until_back() -> None:

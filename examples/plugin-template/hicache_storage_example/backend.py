@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, PageBuffers
+from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_format import decode_into, encode_record
 
 
@@ -39,7 +40,7 @@ class ExampleBackend(HiCacheStorage):
         self._records: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
-    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         results = []
         for key, page in zip(keys, pages):
             record = encode_record(page)  # header + payload, built before the page becomes visible
@@ -50,7 +51,7 @@ class ExampleBackend(HiCacheStorage):
             results.append(not full)
         return results
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         results = []
         for key, page in zip(keys, pages):
             with self._lock:
@@ -58,11 +59,11 @@ class ExampleBackend(HiCacheStorage):
             results.append(record is not None and decode_into(record, page))
         return results
 
-    def pages_exist(self, keys: Sequence[str]) -> list[bool]:
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         with self._lock:
             return [key in self._records for key in keys]
 
-    def delete_pages(self, keys: Sequence[str]) -> list[bool]:
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         with self._lock:
             for key in keys:
                 self._records.pop(key, None)
