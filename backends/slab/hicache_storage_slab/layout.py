@@ -1,0 +1,262 @@
+"""On-disk format of a slab: geometry, the superblock, slot headers, key digests and page checksums.
+
+A key space's slab is ``files`` files named ``<key space prefix>slab-<i>``. Each file is::
+
+    [superblock: 4 KiB]
+    [slot headers: sets_per_file x ways x 64 B, padded to 4 KiB]
+    [slots: sets_per_file x ways x slot_bytes]
+
+``slot_bytes`` is the page size rounded up to 4 KiB, so every slot starts on a 4 KiB boundary (what
+``O_DIRECT`` needs). Set ``s`` lives in file ``s % files`` as local set ``s // files``; the headers
+of one set are contiguous (one small ``pread`` finds a key), its slots too.
+
+Slot header (64 bytes, little-endian)::
+
+    magic "HSLT" | version u8 | state u8 | reserved u16 | length u64 | seq u64
+    | key digest 16 B | payload checksum u64 | writer u64 | header check u64
+
+- ``key digest``: BLAKE2b-128 of the full storage key; the set is chosen by its first 8 bytes.
+- ``payload checksum``: XXH3-64 of the page bytes seeded with the digest's last 8 bytes, so a payload
+  also fails the check of any other key.
+- ``seq``: a write's generation (nanoseconds since the epoch, raised above every seq in the set):
+  the newest committed copy of a key wins, and the oldest slot of a set is the eviction victim.
+- ``writer``: who claimed the slot (random per instance, plus a counter), to notice a lost claim.
+- ``header check``: XXH3-64 of the first 56 bytes; a torn or damaged header fails it.
+
+An all-zero header is an empty slot (a fresh, fallocated file reads as zeros).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import xxhash
+
+from hicache_storage import ConfigError
+
+__all__ = [
+    "BLOCK",
+    "COMMITTED",
+    "DAMAGED",
+    "EMPTY",
+    "ENTRY_SIZE",
+    "SUPERBLOCK_SIZE",
+    "WRITING",
+    "Entry",
+    "Geometry",
+    "SuperblockError",
+    "decode_entry",
+    "decode_superblock",
+    "digest_at",
+    "encode_entry",
+    "encode_superblock",
+    "key_digest",
+    "parse_superblock",
+    "payload_checksum",
+    "space_tag",
+]
+
+BLOCK = 4096
+ENTRY_SIZE = 64
+SUPERBLOCK_SIZE = BLOCK
+FORMAT_VERSION = 1
+
+EMPTY = 0
+WRITING = 1
+COMMITTED = 2
+#: Not a stored state: what :func:`decode_entry` reports for a header that is neither blank nor valid.
+DAMAGED = 255
+
+_ENTRY = struct.Struct("<4sBBHQQ16sQQ")
+_CHECK = struct.Struct("<Q")
+_ENTRY_MAGIC = b"HSLT"
+_BLANK = bytes(ENTRY_SIZE)
+assert _ENTRY.size + _CHECK.size == ENTRY_SIZE
+
+_SUPER = struct.Struct("<8sIIIIQQQQQQ16s")
+_SUPER_MAGIC = b"HCSLAB\x00\x01"
+
+
+def key_digest(storage_key: str) -> bytes:
+    """16-byte BLAKE2b digest of a full storage key (what a slot header names)."""
+    return hashlib.blake2b(storage_key.encode(), digest_size=16).digest()
+
+
+def space_tag(prefix: str) -> bytes:
+    """16-byte tag of a key space prefix, kept in the superblock of its slab files."""
+    return hashlib.blake2b(prefix.encode(), digest_size=16, person=b"hicache-slab").digest()
+
+
+def payload_checksum(segments: Sequence[memoryview], digest: bytes) -> int:
+    """XXH3-64 of the concatenated ``segments``, seeded by ``digest`` (binds the bytes to the key)."""
+    seed = int.from_bytes(digest[8:16], "little")
+    if len(segments) == 1:
+        return int(xxhash.xxh3_64_intdigest(segments[0], seed))
+    hasher = xxhash.xxh3_64(seed=seed)
+    for segment in segments:
+        hasher.update(segment)
+    return int(hasher.intdigest())
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A decoded slot header (``state`` is :data:`EMPTY`, :data:`WRITING`, :data:`COMMITTED` or :data:`DAMAGED`)."""
+
+    state: int
+    length: int = 0
+    seq: int = 0
+    digest: bytes = b""
+    checksum: int = 0
+    writer: int = 0
+
+
+_EMPTY_ENTRY = Entry(EMPTY)
+_DAMAGED_ENTRY = Entry(DAMAGED)
+
+
+def encode_entry(state: int, length: int, seq: int, digest: bytes, *, checksum: int, writer: int) -> bytes:
+    """The 64 header bytes of a slot."""
+    body = _ENTRY.pack(_ENTRY_MAGIC, FORMAT_VERSION, state, 0, length, seq, digest, checksum, writer)
+    return body + _CHECK.pack(xxhash.xxh3_64_intdigest(body))
+
+
+def decode_entry(raw: bytes | memoryview) -> Entry:
+    """Decode 64 header bytes; blank is :data:`EMPTY`, anything invalid :data:`DAMAGED`."""
+    if raw == _BLANK:
+        return _EMPTY_ENTRY
+    body = raw[: _ENTRY.size]
+    (check,) = _CHECK.unpack_from(raw, _ENTRY.size)
+    if check != xxhash.xxh3_64_intdigest(body):
+        return _DAMAGED_ENTRY
+    magic, version, state, _reserved, length, seq, digest, checksum, writer = _ENTRY.unpack(body)
+    if magic != _ENTRY_MAGIC or version != FORMAT_VERSION or state not in (EMPTY, WRITING, COMMITTED):
+        return _DAMAGED_ENTRY
+    return Entry(state, length, seq, bytes(digest), checksum, writer)
+
+
+def digest_at(raw: bytes, way: int) -> bytes:
+    """The key digest field of header ``way`` in the raw headers of a set (not validated)."""
+    start = way * ENTRY_SIZE + 24
+    return raw[start : start + 16]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Shape of one key space's slab (identical in every process that uses it)."""
+
+    page_bytes: int
+    slot_bytes: int
+    ways: int
+    sets: int
+    files: int
+
+    @classmethod
+    def plan(cls, page_bytes: int, capacity_bytes: int, ways: int, file_bytes: int) -> Geometry:
+        """The largest slab of ``capacity_bytes`` (files, headers and padding included) for pages of ``page_bytes``."""
+        if page_bytes <= 0:
+            raise ConfigError("mem_pool_host", f"pages must hold at least one byte, got {page_bytes}")
+        slot_bytes = _round_up(page_bytes, BLOCK)
+        files = max(1, math.ceil(capacity_bytes / file_bytes))
+        usable = capacity_bytes - files * (SUPERBLOCK_SIZE + BLOCK)
+        slots = usable // (slot_bytes + ENTRY_SIZE)
+        if slots < 1:
+            raise ConfigError(
+                "extra_config.capacity_bytes",
+                f"{capacity_bytes} bytes cannot hold one slot of {slot_bytes} bytes (pages of {page_bytes} bytes)",
+            )
+        ways = min(ways, slots)
+        sets = slots // ways
+        files = min(files, sets)
+        sets -= sets % files
+        return cls(page_bytes, slot_bytes, ways, sets, files)
+
+    @property
+    def sets_per_file(self) -> int:
+        return self.sets // self.files
+
+    @property
+    def header_offset(self) -> int:
+        return SUPERBLOCK_SIZE
+
+    @property
+    def data_offset(self) -> int:
+        return SUPERBLOCK_SIZE + _round_up(self.sets_per_file * self.ways * ENTRY_SIZE, BLOCK)
+
+    @property
+    def file_size(self) -> int:
+        return self.data_offset + self.sets_per_file * self.ways * self.slot_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of all files of the slab."""
+        return self.files * self.file_size
+
+    @property
+    def slots(self) -> int:
+        return self.sets * self.ways
+
+    def locate(self, digest: bytes) -> tuple[int, int]:
+        """(file index, local set) of a key digest."""
+        number = int.from_bytes(digest[:8], "little") % self.sets
+        return number % self.files, number // self.files
+
+    def set_header_offset(self, local_set: int) -> int:
+        return SUPERBLOCK_SIZE + local_set * self.ways * ENTRY_SIZE
+
+    def slot_offset(self, local_set: int, way: int) -> int:
+        return self.data_offset + (local_set * self.ways + way) * self.slot_bytes
+
+
+class SuperblockError(ValueError):
+    """A slab file's superblock is missing, damaged, or describes another slab."""
+
+
+def encode_superblock(geometry: Geometry, file_index: int, tag: bytes) -> bytes:
+    """The superblock of file ``file_index`` (padded to :data:`SUPERBLOCK_SIZE`)."""
+    body = _SUPER.pack(
+        _SUPER_MAGIC,
+        FORMAT_VERSION,
+        file_index,
+        geometry.files,
+        geometry.ways,
+        geometry.sets,
+        geometry.page_bytes,
+        geometry.slot_bytes,
+        geometry.header_offset,
+        geometry.data_offset,
+        geometry.file_size,
+        tag,
+    )
+    record = body + _CHECK.pack(xxhash.xxh3_64_intdigest(body))
+    return record + bytes(SUPERBLOCK_SIZE - len(record))
+
+
+def decode_superblock(raw: bytes, geometry: Geometry, file_index: int, tag: bytes) -> None:
+    """Raise :class:`SuperblockError` unless ``raw`` is the superblock ``encode_superblock`` would write."""
+    if parse_superblock(raw) != (geometry, file_index, tag):
+        raise SuperblockError("superblock describes another geometry or key space")
+
+
+def parse_superblock(raw: bytes) -> tuple[Geometry, int, bytes]:
+    """(geometry, file index, key space tag) of a valid superblock; :class:`SuperblockError` otherwise."""
+    if len(raw) < _SUPER.size + _CHECK.size:
+        raise SuperblockError("short superblock")
+    body = raw[: _SUPER.size]
+    (check,) = _CHECK.unpack_from(raw, _SUPER.size)
+    if check != xxhash.xxh3_64_intdigest(body):
+        raise SuperblockError("superblock check failed")
+    magic, version, index, files, ways, sets, page_bytes, slot_bytes, _hdr, _data, _size, tag = _SUPER.unpack(body)
+    if magic != _SUPER_MAGIC or version != FORMAT_VERSION:
+        raise SuperblockError("not a slab file of this format")
+    geometry = Geometry(page_bytes, slot_bytes, ways, sets, files)
+    if raw[:SUPERBLOCK_SIZE] != encode_superblock(geometry, index, bytes(tag)):
+        raise SuperblockError("inconsistent superblock")
+    return geometry, index, bytes(tag)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
