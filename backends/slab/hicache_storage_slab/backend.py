@@ -104,7 +104,14 @@ class SlabBackend(HiCacheStorage):
                 keyspace.page_bytes, options.capacity_for(keyspace.pool), options.ways, options.file_bytes
             )
             try:
-                slab = Slab(self._root, prefix, geometry, direct_io=options.direct_io, bump=self.stats.bump)
+                slab = Slab(
+                    self._root,
+                    prefix,
+                    geometry,
+                    direct_io=options.direct_io,
+                    durable=options.fsync,
+                    bump=self.stats.bump,
+                )
             except OSError as error:
                 message = (
                     f"cannot open the slab of {prefix!r} ({geometry.total_bytes} bytes) in {self._root!r}: {error}"
@@ -144,11 +151,21 @@ class SlabBackend(HiCacheStorage):
                 return plan is not None and slab.commit(plan)
 
             return self._io.map(write, keys, pages)
-        # Durable batch: every payload is synced before any header commits it, headers synced before the ack.
-        plans = self._io.map(slab.stage, keys, pages)
-        slab.sync()
-        results = [plan is not None and slab.commit(plan) for plan in plans]
-        slab.sync()
+        # Durable batch: every payload is synced before any header commits it, headers synced before the
+        # ack. Pages are sent in waves with at most ``ways`` pages of one set each, so a page this batch
+        # evicts has been committed first.
+        results = [False] * len(keys)
+        for wave in _waves(slab, keys):
+            plans = self._io.map(slab.stage, [keys[i] for i in wave], [pages[i] for i in wave])
+            try:
+                slab.sync()
+                for index, plan in zip(wave, plans, strict=True):
+                    results[index] = plan is not None and slab.commit(plan)
+                slab.sync()
+            finally:
+                for plan in plans:
+                    if plan is not None:
+                        slab.finish(plan)
         return results
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
@@ -255,6 +272,22 @@ class SlotStore:
     def __delitem__(self, key: str) -> None:
         if self.pop(key) is None:
             raise KeyError(key)
+
+
+def _waves(slab: Slab, keys: Sequence[str]) -> list[list[int]]:
+    """Indices of ``keys`` in waves that hold at most ``ways`` keys of any one set (one wave, usually)."""
+    seen: dict[tuple[int, int], int] = {}
+    waves: list[list[int]] = []
+    ways = slab.geometry.ways
+    for index, key in enumerate(keys):
+        where = slab.set_of(key)
+        count = seen.get(where, 0)
+        seen[where] = count + 1
+        wave = count // ways
+        while len(waves) <= wave:
+            waves.append([])
+        waves[wave].append(index)
+    return waves
 
 
 def _io_threads(options: SlabOptions) -> int:

@@ -63,6 +63,8 @@ _BLANK = bytes(ENTRY_SIZE)
 _STRIPES = 64
 #: Infix of every slab file name (``<key space prefix>slab-<index>``).
 SLAB_FILE_MARK = "slab-"
+#: Longest wait (seconds) for a slot when every slot of a set is being written by this process.
+CLAIM_WAIT_S = 1.0
 #: Memory and length alignment asked of a page before it is moved with ``O_DIRECT``.
 DIRECT_ALIGN = BLOCK
 
@@ -97,27 +99,35 @@ class WritePlan:
     """A page whose bytes are in its slot, waiting for its header to be committed."""
 
     file: SlabFile
+    file_index: int
+    stripe: int
     header_offset: int
     digest: bytes
     seen: bytes  # the header the slot must still hold at commit time
     in_place: bool
     commit: bytes
     stale: list[tuple[int, int]] = field(default_factory=list)  # (header offset, seq) of older copies
+    finished: bool = False
 
 
 class Slab:
     """The slab of one key space: files, geometry, and page I/O through the slot protocol."""
 
-    def __init__(self, root: str, prefix: str, geometry: Geometry, *, direct_io: bool, bump: Bump) -> None:
+    def __init__(
+        self, root: str, prefix: str, geometry: Geometry, *, direct_io: bool, durable: bool, bump: Bump
+    ) -> None:
         self.root = root
         self.prefix = prefix
         self.geometry = geometry
         self._bump = bump
         self._tag = space_tag(prefix)
-        self._locks = [threading.Lock() for _ in range(_STRIPES)]
+        # Per stripe of sets: a condition (its lock guards slot choice) and the header offsets of slots
+        # this process has claimed and not committed yet, which no other thread of it may take.
+        self._stripes = [threading.Condition() for _ in range(_STRIPES)]
+        self._pending: list[set[tuple[int, int]]] = [set() for _ in range(_STRIPES)]
         self._writer_base = secrets.randbits(32) << 32
         self._writes = itertools.count(1)
-        self.files: list[SlabFile] = _open_files(root, prefix, geometry, self._tag, bump)
+        self.files: list[SlabFile] = _open_files(root, prefix, geometry, self._tag, durable=durable, bump=bump)
         self.direct_io = False
         if direct_io:
             self.direct_io = _attach_direct(self.files, bump)
@@ -126,6 +136,10 @@ class Slab:
     def _where(self, digest: bytes) -> tuple[SlabFile, int, int]:
         index, local_set = self.geometry.locate(digest)
         return self.files[index], local_set, self.geometry.set_header_offset(local_set)
+
+    def set_of(self, key: str) -> tuple[int, int]:
+        """(file index, local set) that ``key`` maps to."""
+        return self.geometry.locate(key_digest(key))
 
     def _read_set(self, file: SlabFile, offset: int) -> bytes:
         size = self.geometry.ways * ENTRY_SIZE
@@ -139,45 +153,91 @@ class Slab:
 
     # ------------------------------------------------------------ write
     def stage(self, key: str, page: Sequence[memoryview]) -> WritePlan | None:
-        """Steps 1-3 of a write: pick and claim a slot, write the page's bytes. ``None``: wrong page size."""
+        """Steps 1-3 of a write: pick and claim a slot, write the page's bytes. ``None``: wrong page size.
+
+        The plan must reach :meth:`commit` or :meth:`finish`, which release the slot to this
+        process's other threads.
+        """
         geometry = self.geometry
         length = sum(segment.nbytes for segment in page)
         if length != geometry.page_bytes:
             return None
         digest = key_digest(key)
         checksum = payload_checksum(page, digest)
-        file, local_set, set_offset = self._where(digest)
-        with self._locks[(local_set * 31 + id(file)) % _STRIPES]:
-            raw = self._read_set(file, set_offset)
-            entries = [decode_entry(raw[w * ENTRY_SIZE : (w + 1) * ENTRY_SIZE]) for w in range(geometry.ways)]
+        index, local_set = geometry.locate(digest)
+        file, set_offset = self.files[index], geometry.set_header_offset(local_set)
+        stripe = (index * 7919 + local_set) % _STRIPES
+        pending = self._pending[stripe]
+        condition = self._stripes[stripe]
+        with condition:
+            deadline: float | None = None
+            while True:
+                raw = self._read_set(file, set_offset)
+                entries = [decode_entry(raw[w * ENTRY_SIZE : (w + 1) * ENTRY_SIZE]) for w in range(geometry.ways)]
+                busy = {w for w in range(geometry.ways) if (index, set_offset + w * ENTRY_SIZE) in pending}
+                copies = [w for w, e in enumerate(entries) if e.state == COMMITTED and e.digest == digest]
+                same = [
+                    w
+                    for w in copies
+                    if entries[w].checksum == checksum and entries[w].length == length and w not in busy
+                ]
+                way = max(same, key=lambda w: entries[w].seq) if same else _victim(entries, digest, busy)
+                if way is not None:
+                    break
+                # Every slot of the set is being written by this process: wait for one to commit.
+                now = time.monotonic()
+                deadline = now + CLAIM_WAIT_S if deadline is None else deadline
+                if now >= deadline:
+                    way = _victim(entries, digest, set())
+                    assert way is not None
+                    break
+                condition.wait(deadline - now)
             seq = max(time.time_ns(), max(e.seq for e in entries) + 1)
-            copies = [w for w, e in enumerate(entries) if e.state == COMMITTED and e.digest == digest]
-            same = [w for w in copies if entries[w].checksum == checksum and entries[w].length == length]
+            header_offset = set_offset + way * ENTRY_SIZE
             if same:
-                way = max(same, key=lambda w: entries[w].seq)
                 seen = raw[way * ENTRY_SIZE : (way + 1) * ENTRY_SIZE]
-                in_place = True
             else:
-                way = _victim(entries, digest)
                 if entries[way].state == COMMITTED and entries[way].digest != digest:
                     self._bump("evictions")
                 seen = encode_entry(WRITING, length, seq, digest, checksum=0, writer=self._writer_id())
-                os.pwrite(file.fd, seen, set_offset + way * ENTRY_SIZE)
-                in_place = False
+                os.pwrite(file.fd, seen, header_offset)
+            pending.add((index, header_offset))
         plan = WritePlan(
             file,
-            set_offset + way * ENTRY_SIZE,
+            index,
+            stripe,
+            header_offset,
             digest,
             seen,
-            in_place,
+            bool(same),
             encode_entry(COMMITTED, length, seq, digest, checksum=checksum, writer=self._writer_id()),
             [(set_offset + w * ENTRY_SIZE, entries[w].seq) for w in copies if w != way],
         )
-        self._write_payload(file, geometry.slot_offset(local_set, way), page, length)
+        try:
+            self._write_payload(file, geometry.slot_offset(local_set, way), page, length)
+        except BaseException:
+            self.finish(plan)
+            raise
         return plan
 
+    def finish(self, plan: WritePlan) -> None:
+        """Release the slot of ``plan`` to this process's other writers (idempotent)."""
+        if plan.finished:
+            return
+        plan.finished = True
+        condition = self._stripes[plan.stripe]
+        with condition:
+            self._pending[plan.stripe].discard((plan.file_index, plan.header_offset))
+            condition.notify_all()
+
     def commit(self, plan: WritePlan) -> bool:
-        """Step 4-5: publish the staged page unless another writer took its slot meanwhile."""
+        """Steps 4-5: publish the staged page unless another writer took its slot meanwhile."""
+        try:
+            return self._commit(plan)
+        finally:
+            self.finish(plan)
+
+    def _commit(self, plan: WritePlan) -> bool:
         fd = plan.file.fd
         current = os.pread(fd, ENTRY_SIZE, plan.header_offset)
         if plan.in_place:
@@ -313,13 +373,17 @@ def blank_headers(fd: int, geometry: Geometry) -> None:
         offset += written
 
 
-def _victim(entries: Sequence[Entry], digest: bytes) -> int:
-    """Empty or damaged slot first, else the oldest slot holding another key (else the oldest)."""
-    for way, entry in enumerate(entries):
-        if entry.state in (EMPTY, DAMAGED):
+def _victim(entries: Sequence[Entry], digest: bytes, busy: set[int]) -> int | None:
+    """Empty or damaged slot first, else the oldest slot holding another key (else the oldest).
+
+    Slots in ``busy`` are never chosen; ``None`` when every other slot is busy.
+    """
+    free = [w for w in range(len(entries)) if w not in busy]
+    for way in free:
+        if entries[way].state in (EMPTY, DAMAGED):
             return way
-    others = [w for w, e in enumerate(entries) if e.digest != digest] or list(range(len(entries)))
-    return min(others, key=lambda w: entries[w].seq)
+    others = [w for w in free if entries[w].digest != digest] or free
+    return min(others, key=lambda w: entries[w].seq) if others else None
 
 
 # ---------------------------------------------------------------- vectored I/O
@@ -380,15 +444,19 @@ def _aligned(page: Sequence[memoryview]) -> bool:
 
 
 # ---------------------------------------------------------------- opening and creating
-def _open_files(root: str, prefix: str, geometry: Geometry, tag: bytes, bump: Bump) -> list[SlabFile]:
-    """Open the slab's files, creating (or re-creating) under an advisory lock those that do not fit."""
+def _open_files(root: str, prefix: str, geometry: Geometry, tag: bytes, *, durable: bool, bump: Bump) -> list[SlabFile]:
+    """Open the slab's files, creating (or re-creating) under an advisory lock those that do not fit.
+
+    ``durable``: sync a new file and its directory entry (otherwise a crash may lose a new, empty slab,
+    which is then simply created again).
+    """
     files: list[SlabFile] = []
     lock_fd = os.open(os.path.join(root, f"{prefix}slab.lock"), os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # creation only: page I/O never takes it
         for index in range(geometry.files):
             path = os.path.join(root, slab_file_name(prefix, index))
-            files.append(SlabFile(path, _open_or_create(path, geometry, index, tag, bump)))
+            files.append(SlabFile(path, _open_or_create(path, geometry, index, tag, durable=durable, bump=bump)))
         surplus = geometry.files
         while os.path.exists(os.path.join(root, slab_file_name(prefix, surplus))):
             os.unlink(os.path.join(root, slab_file_name(prefix, surplus)))  # left over from a larger slab
@@ -402,7 +470,7 @@ def _open_files(root: str, prefix: str, geometry: Geometry, tag: bytes, bump: Bu
     return files
 
 
-def _open_or_create(path: str, geometry: Geometry, index: int, tag: bytes, bump: Bump) -> int:
+def _open_or_create(path: str, geometry: Geometry, index: int, tag: bytes, *, durable: bool, bump: Bump) -> int:
     try:
         fd = os.open(path, os.O_RDWR | _CLOEXEC)
     except FileNotFoundError:
@@ -422,14 +490,16 @@ def _open_or_create(path: str, geometry: Geometry, index: int, tag: bytes, bump:
     try:
         _preallocate(fd, geometry.file_size, bump)
         os.pwrite(fd, encode_superblock(geometry, index, tag), 0)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
         os.replace(temp, path)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    _fsync_directory(directory)
+    if durable:
+        _fsync_directory(directory)
     bump("slabs_created")
     return fd
 
