@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from .config import HiCacheStorageConfig
 from .errors import ConfigError, InvalidRequestError
 from .keys import KeySpace
 from .page_buffers import PageBuffers, pool_page_buffers, pool_page_bytes
@@ -89,7 +88,7 @@ def _describe(value: Any) -> str:
 def _identity_pairs(config: Any) -> tuple[tuple[str, str], ...]:
     """Config fields the SDK does not interpret (e.g. a newer engine's ``model_identity_hash``)."""
     extras: dict[str, Any] = dict(getattr(config, "identity_fields", None) or {})
-    if dataclasses.is_dataclass(config) and not isinstance(config, HiCacheStorageConfig):
+    if dataclasses.is_dataclass(config):
         for item in dataclasses.fields(config):
             if item.name not in KNOWN_CONFIG_FIELDS:
                 extras[item.name] = getattr(config, item.name)

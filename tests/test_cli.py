@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from hicache_storage import API_VERSION
 from hicache_storage.commands import parse_json_option, run
 from hicache_storage.demo import run_demo
 from hicache_storage.errors import ConfigError
@@ -14,7 +15,7 @@ def test_backends_json_lists_our_plugins(capsys):
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert {"file", "sim"} <= set(rows)
     assert rows["sim"]["distribution"] == "hicache-storage-sim"
-    assert rows["file"]["api_version"] == "1.0"
+    assert rows["file"]["api_version"] == API_VERSION
     assert rows["file"]["capabilities"]["verifies_integrity"] is True
     assert rows["file"]["error"] is None
 

@@ -1,10 +1,19 @@
+import hashlib
 import json
+import struct
 from pathlib import Path
 
 import pytest
 
 from hicache_storage.errors import InvalidKeyError
-from hicache_storage.keys import KeySpace, namespace_root, page_hashes, validate_key
+from hicache_storage.keys import (
+    KeySpace,
+    namespace_root,
+    page_hashes,
+    storage_namespace_seed,
+    validate_key,
+    validate_keys,
+)
 
 VECTORS = json.loads((Path(__file__).resolve().parents[2] / "shared" / "spec" / "page_hash_vectors.json").read_text())
 
@@ -104,3 +113,52 @@ def test_storage_keys_are_safe_characters():
     key = KeySpace(**{**BASE, "model_name": "org/model:v1"}, namespace="Tenant With Spaces/../x").storage_key("a" * 64)
     assert re.fullmatch(r"[A-Za-z0-9._-]+", key)
     assert "/" not in key and ".." not in key
+
+
+# ----------------------------------------------------------------------------- SGLang's request namespace
+def _seed_by_hand(extra_key: str | None, cache_salt: str | None) -> bytes:
+    """The seed as SGLang's spec words it, written out byte by byte."""
+    data = b"sglang-cache-namespace-v1"
+    for part in (extra_key, cache_salt):
+        if part is None:
+            data += b"\x00"
+        else:
+            raw = part.encode("utf-8")
+            data += b"\x01" + len(raw).to_bytes(8, "little") + raw
+    return hashlib.sha256(data).digest()
+
+
+@pytest.mark.parametrize(
+    ("extra_key", "cache_salt"), [("lora-a", None), (None, "tenant"), ("", ""), ("a", "b"), ("ab", None), ("ü", "日本")]
+)
+def test_salted_chain_starts_from_sglangs_namespace_seed(extra_key: str | None, cache_salt: str | None) -> None:
+    tokens = list(range(10))
+    seed = _seed_by_hand(extra_key, cache_salt)
+    assert storage_namespace_seed(extra_key, cache_salt) == seed.hex()
+    first = hashlib.sha256(seed + struct.pack("<4I", *tokens[:4])).digest()
+    keys = page_hashes(tokens, 4, extra_key=extra_key, cache_salt=cache_salt)
+    assert keys[0] == first.hex()
+    assert keys[1] == hashlib.sha256(first + struct.pack("<4I", *tokens[4:8])).hexdigest()
+    assert page_hashes(tokens, 4, prior_hash=keys[0])[0] != keys[0]
+
+
+def test_salts_that_run_together_seed_differently() -> None:
+    seeds = {
+        storage_namespace_seed(*parts) for parts in [("ab", None), ("a", "b"), (None, "ab"), ("", "ab"), ("ab", "")]
+    }
+    assert len(seeds) == 5
+    assert storage_namespace_seed(None, None) is None
+    assert page_hashes([1, 2], 2, extra_key=None, cache_salt=None) == page_hashes([1, 2], 2)
+
+
+def test_seeds_do_not_combine() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        page_hashes([1], 1, prior_hash="0" * 64, cache_salt="x")
+    with pytest.raises(ValueError, match="two different seeds"):
+        page_hashes([1], 1, namespace="t", extra_key="x")
+
+
+@pytest.mark.parametrize("key", ["abc\ndef", "a" * 200 + "\n" + "b" * 200, "ok\n"])
+def test_a_newline_never_passes_batch_validation(key: str) -> None:
+    with pytest.raises(InvalidKeyError):
+        validate_keys(["fine", key])

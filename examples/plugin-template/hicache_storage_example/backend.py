@@ -10,8 +10,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, PageBuffers
-from hicache_storage.batch_context import BatchContext
+from hicache_storage import BatchContext, Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, PageBuffers
 from hicache_storage.page_format import decode_into, encode_record
 
 
