@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["HiCacheStorageConfig", "HiCacheStorageExtraInfo", "SDK_OPTION_NAMES", "make_config"]
@@ -15,6 +15,10 @@ class HiCacheStorageConfig:
     ``is_mla_model`` means "every rank holds identical KV": all ranks share keys.
     Backend options, and the SDK options listed in :data:`SDK_OPTION_NAMES`, live in
     ``extra_config``.
+
+    ``identity_fields``: fields of an engine's config that the SDK does not interpret (e.g. a
+    newer SGLang's ``model_identity_hash``); they enter every storage key's digest, so
+    deployments that differ in them never share pages.
     """
 
     tp_rank: int
@@ -34,6 +38,7 @@ class HiCacheStorageConfig:
     dcp_size: int = 1
     dcp_rank: int = 0
     logical_page_size: int | None = None
+    identity_fields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_storage_writer(self) -> bool:
