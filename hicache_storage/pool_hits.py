@@ -58,7 +58,8 @@ def _trailing(present: Sequence[bool], kv_pages: int, window: int) -> set[int]:
     for end in range(1, kv_pages + 1):
         if not present[end - 1]:
             missing_before = end - 1
-        if missing_before < max(0, end - window):
+        start = end - window
+        if missing_before < (start if start > 0 else 0):
             restorable.add(end)
     return restorable
 
