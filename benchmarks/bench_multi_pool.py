@@ -5,7 +5,8 @@ One backend instance gets two pools of identical geometry: the KV pool (moved wi
 pool ``swa`` (moved with ``batch_set_v2``/``batch_get_v2``; looked up with ``batch_exists_v2`` and a
 one-page trailing window, which looks up KV and the sidecar, so its v1 side is two ``batch_exists``).
 Both sides move the same page bytes in batches of ``--batch``; the sides alternate which goes first
-each round; every read is checked against the written bytes. Prints medians over ``--repeat`` rounds and the time ratio v2/v1 per page (goal: at most 1.1).
+each round; every read is checked against the written bytes. Prints medians over ``--repeat`` rounds
+and the time ratio v2/v1 per page (goal: at most 1.1).
 
     python benchmarks/bench_multi_pool.py --backends file,sim,redis --repeat 9 [--json out.json]
 
