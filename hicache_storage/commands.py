@@ -74,6 +74,7 @@ def _cmd_backends(args: argparse.Namespace, console: Console) -> int:
 
 def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
     from .demo import cleanup, default_demo_backends, run_demo
+    from .demo_hybrid import run_hybrid_demo
 
     if args.backend:
         plans = [(args.backend, parse_json_option(args.config))]
@@ -102,6 +103,7 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
                         progress=lambda n, task=task: progress.advance(task, n),
                     )
                 )
+            hybrid = [run_hybrid_demo(name, extra) for name, extra in plans] if not args.no_hybrid else []
     finally:
         cleanup(owned)
     table = Table(title="hicache-storage demo: host pool -> storage -> host pool, every byte verified")
@@ -131,9 +133,32 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
             "[green]PASS[/]" if r.ok else "[red]FAIL[/]",
         )
     console.print(table)
+    if hybrid:
+        console.print(_hybrid_table(hybrid))
     if args.json:
-        Path(args.json).write_text(json.dumps([r.as_dict() for r in results], indent=2), encoding="utf-8")
-    return 0 if all(r.ok for r in results) else 1
+        rows = [{"kind": "kv", **r.as_dict()} for r in results] + [{"kind": "hybrid", **h.as_dict()} for h in hybrid]
+        Path(args.json).write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    return 0 if all(r.ok for r in results) and all(h.ok for h in hybrid) else 1
+
+
+def _hybrid_table(results: list[Any]) -> Table:
+    table = Table(
+        title="hybrid model (KV + sliding window + Mamba state, multi-pool calls): restore the longest prefix"
+    )
+    for column in ("backend", "KV pages", "restorable prefixes", "KV exact", "window exact", "state exact", "result"):
+        table.add_column(column, justify="right")
+    for h in results:
+        found = ",".join(str(p) for p in h.restorable_found) or "-"
+        table.add_row(
+            h.backend,
+            str(h.kv_pages),
+            found + ("" if h.restorable_found == h.restorable_expected else " (expected node ends)"),
+            f"{h.kv_exact}/{h.kv_pages}",
+            f"{h.window_exact}/{h.window}",
+            "yes" if h.state_exact else "no",
+            "[green]PASS[/]" if h.ok else "[red]FAIL[/]",
+        )
+    return table
 
 
 def _cmd_conformance(args: argparse.Namespace, console: Console) -> int:
@@ -186,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--pages", type=_positive_int, default=2048, help="pages per backend (default 2048)")
     demo.add_argument("--batch", type=_positive_int, default=128, help="pages per batch call (default 128)")
     demo.add_argument("--json", help="also write the results to this JSON file")
+    demo.add_argument("--no-hybrid", action="store_true", help="skip the hybrid-model (multi-pool) round trip")
     demo.set_defaults(handler=_cmd_demo)
 
     conformance = sub.add_parser(

@@ -7,6 +7,7 @@ import pytest
 from hicache_storage import API_VERSION
 from hicache_storage.commands import parse_json_option, run
 from hicache_storage.demo import run_demo
+from hicache_storage.demo_hybrid import run_hybrid_demo
 from hicache_storage.errors import ConfigError
 
 
@@ -23,10 +24,22 @@ def test_backends_json_lists_our_plugins(capsys):
 def test_demo_verifies_every_page(tmp_path, capsys):
     out = tmp_path / "demo.json"
     assert run(["demo", "--pages", "96", "--batch", "32", "--path", str(tmp_path / "store"), "--json", str(out)]) == 0
-    results = json.loads(out.read_text())
+    rows = json.loads(out.read_text())
+    results = [r for r in rows if r["kind"] == "kv"]
     assert [r["backend"] for r in results] == ["file", "sim"]
     assert all(r["exact"] == r["pages"] == 96 and r["ok"] for r in results)
+    hybrid = [r for r in rows if r["kind"] == "hybrid"]
+    assert [r["backend"] for r in hybrid] == ["file", "sim"]
+    for r in hybrid:
+        assert r["restorable_found"] == r["restorable_expected"] == [4, 8, 12, 16, 20, 24, 28, 32]
+        assert r["kv_exact"] == r["kv_pages"] and r["window_exact"] == r["window"] and r["state_exact"] and r["ok"]
     assert "PASS" in capsys.readouterr().out
+
+
+def test_hybrid_demo_fails_when_bytes_do_not_come_back():
+    result = run_hybrid_demo("sim", {"keys_only": True})
+    assert result.restorable_found == result.restorable_expected
+    assert result.kv_exact == 0 and not result.state_exact and not result.ok
 
 
 def test_demo_fails_when_bytes_do_not_come_back():
