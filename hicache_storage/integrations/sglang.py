@@ -15,6 +15,11 @@ SGLang's loader requires a subclass of its own ``HiCacheStorage``: when ``sglang
 :class:`SGLangBackend` subclasses it; otherwise it is a plain class with the same surface (for
 tests and tools). Batch calls never raise: SGLang's prefetch and backup threads die on any
 exception, so every error becomes a miss / ``False`` / ``0`` and is counted in :meth:`sdk_stats`.
+
+Hybrid models (SWA window KV, Mamba state, a DSA indexer, ...) use SGLang's multi-pool calls:
+sidecar pools arrive through ``register_mem_host_pool_v2`` and are served through the contract's
+``batch_exists_v2`` / ``batch_get_v2`` / ``batch_set_v2``, with results in SGLang's own types and
+keyed by SGLang's own pool names.
 """
 
 from __future__ import annotations
@@ -24,15 +29,17 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import MISSING, fields
-from functools import lru_cache
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, fields, is_dataclass
+from functools import lru_cache, partial
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..config import HiCacheStorageConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidRequestError
 from ..interface import HiCacheStorage
 from ..page_buffers import pool_page_bytes
+from ..pools import PoolHitPolicy, PoolName, PoolTransferResult, pool_name_str
 from ..registry import load_backend
 
 __all__ = ["LOADER_KEYS", "SGLangBackend", "extra_config_for", "launch_args", "sdk_config", "sglang_available"]
@@ -82,6 +89,17 @@ def _storage_metrics_class() -> type[Any] | None:
     return StorageMetrics  # type: ignore[no-any-return]
 
 
+@lru_cache(maxsize=1)
+def _sglang_pool_types() -> tuple[type[Any], type[Any]]:
+    """(``PoolName``, ``PoolTransferResult``): SGLang's when importable, else this SDK's look-alikes."""
+    try:
+        from sglang.srt.mem_cache.hicache_storage import PoolName as EnginePoolName
+        from sglang.srt.mem_cache.hicache_storage import PoolTransferResult as EngineResult
+    except Exception:
+        return PoolName, PoolTransferResult
+    return EnginePoolName, EngineResult
+
+
 def extra_config_for(backend: str, **options: Any) -> dict[str, Any]:
     """The ``--hicache-storage-backend-extra-config`` dict running SDK backend ``backend`` with ``options``."""
     return {**LOADER_KEYS, "backend": backend, **options}
@@ -98,12 +116,31 @@ def launch_args(backend: str, **options: Any) -> list[str]:
     ]
 
 
+def _engine_fields(storage_config: Any) -> dict[str, Any]:
+    """Every field of the engine's config: a dataclass's fields, else the object's attributes."""
+    if is_dataclass(storage_config) and not isinstance(storage_config, type):
+        return {item.name: getattr(storage_config, item.name) for item in fields(storage_config)}
+    try:
+        return {name: value for name, value in vars(storage_config).items() if not name.startswith("_")}
+    except TypeError:  # no __dict__ (slots): only the fields read by name below
+        return {}
+
+
 def sdk_config(storage_config: Any) -> HiCacheStorageConfig:
-    """Our :class:`HiCacheStorageConfig` from SGLang's (same fields; older SGLang lacks a few)."""
+    """Our :class:`HiCacheStorageConfig` from SGLang's (same fields; older SGLang lacks a few).
+
+    Fields of the engine's config this SDK does not know (a newer SGLang's ``model_identity_hash``,
+    ...) go into ``identity_fields``, so they enter every storage key.
+    """
     if isinstance(storage_config, HiCacheStorageConfig):
         return storage_config
-    values: dict[str, Any] = {}
+    known = {field.name for field in fields(HiCacheStorageConfig)}
+    identity = dict(getattr(storage_config, "identity_fields", None) or {})
+    identity.update({name: value for name, value in _engine_fields(storage_config).items() if name not in known})
+    values: dict[str, Any] = {"identity_fields": identity}
     for field in fields(HiCacheStorageConfig):
+        if field.name == "identity_fields":
+            continue
         if hasattr(storage_config, field.name):
             values[field.name] = getattr(storage_config, field.name)
         elif field.default is MISSING:
@@ -122,6 +159,69 @@ def _count(keys: Any) -> int:
         return len(keys)
     except Exception:
         return 0
+
+
+def _exists_view(pool_transfers: Any) -> Any:
+    """``pool_transfers`` for the contract's ``batch_exists_v2``.
+
+    For ``ALL_PAGES`` and ``TRAILING_PAGES`` pools a transfer's keys only give the window length
+    (the pages are looked up under the KV keys), and SGLang's prefetch query fills them with
+    placeholders (``"__placeholder__"``) until the hit is known; they are replaced by as many
+    well-formed stand-ins so the placeholders are not refused as keys. ``BLOCK_GROUPS`` pools name
+    their own keys and pass unchanged.
+    """
+    if pool_transfers is None or isinstance(pool_transfers, (str, bytes)):
+        return pool_transfers
+    try:
+        items = list(pool_transfers)
+    except TypeError:
+        return pool_transfers
+    view: list[Any] = []
+    for transfer in items:
+        keys = getattr(transfer, "keys", None)
+        policy = pool_name_str(getattr(transfer, "hit_policy", PoolHitPolicy.ALL_PAGES.value))
+        if isinstance(keys, Sequence) and not isinstance(keys, (str, bytes)) and policy in _WINDOW_POLICIES:
+            transfer = SimpleNamespace(
+                name=transfer.name,
+                keys=["0"] * len(keys),
+                hit_policy=transfer.hit_policy,
+                host_indices=getattr(transfer, "host_indices", None),
+                indices_from_pool=getattr(transfer, "indices_from_pool", None),
+                block_pages=getattr(transfer, "block_pages", 0),
+                group_pages=getattr(transfer, "group_pages", 0),
+            )
+        view.append(transfer)
+    return view
+
+
+#: Hit policies whose transfer keys only count pages (looked up under the KV keys).
+_WINDOW_POLICIES = frozenset({PoolHitPolicy.ALL_PAGES.value, PoolHitPolicy.TRAILING_PAGES.value})
+
+
+def _missed(transfers: Sequence[Any]) -> dict[Any, list[bool]]:
+    """All-``False`` results for ``transfers``, keyed by their names (never raises)."""
+    results: dict[Any, list[bool]] = {}
+    for transfer in transfers:
+        try:
+            name = transfer.name
+            results[name] = results.get(name, []) + [False] * _count(getattr(transfer, "keys", None) or [])
+        except Exception:  # no name, or one that cannot key a dict: nothing to report it under
+            continue
+    return results
+
+
+def _move_one(call: Callable[[list[Any], Any], Any], transfer: Any, extra_info: Any) -> dict[Any, list[bool]]:
+    return _checked_moves(call([transfer], extra_info), [transfer])
+
+
+def _checked_moves(results: Any, transfers: Sequence[Any]) -> dict[Any, list[bool]]:
+    """The backend's v2 answer, checked: a dict of bool lists (every pool of ``transfers`` present)."""
+    if not isinstance(results, dict):
+        raise TypeError(f"a v2 transfer returned {type(results).__name__}, not a dict of bool lists")
+    checked = {name: [flag is True for flag in flags] for name, flags in results.items()}
+    for name, flags in _missed(transfers).items():
+        checked.setdefault(name, flags)
+    return checked
 
 
 class SGLangBackend(_Base):
@@ -146,6 +246,9 @@ class SGLangBackend(_Base):
         self.backend: HiCacheStorage = load_backend(name, config)
         self.mem_pool_host: Any = None
         self._page_bytes = 0
+        #: Bytes per page of each attached pool, by pool name (for v2 bandwidth samples).
+        self._pool_page_bytes: dict[str, int] = {}
+        self._pools_registered = False
         self._lock = threading.Lock()
         self._errors: dict[str, int] = {}
         self._last_error: str | None = None
@@ -161,21 +264,24 @@ class SGLangBackend(_Base):
         try:
             return call()
         except Exception as error:
-            with self._lock:
-                count = self._errors.get(op, 0) + 1
-                self._errors[op] = count
-                self._last_error = f"{op}: {type(error).__name__}: {error}"[:500]
-            if count & (count - 1) == 0:  # log the 1st, 2nd, 4th, 8th ... error of each call
-                logger.warning("hicache-storage %s failed (%d so far): %s", op, count, self._last_error)
+            self._count_error(op, error)
             return fallback
 
-    def _record(self, direction: str, pages: int, ok: int, seconds: float) -> None:
+    def _count_error(self, op: str, error: BaseException) -> None:
+        with self._lock:
+            count = self._errors.get(op, 0) + 1
+            self._errors[op] = count
+            self._last_error = f"{op}: {type(error).__name__}: {error}"[:500]
+        if count & (count - 1) == 0:  # log the 1st, 2nd, 4th, 8th ... error of each call
+            logger.warning("hicache-storage %s failed (%d so far): %s", op, count, self._last_error)
+
+    def _record(self, direction: str, pages: int, nbytes: int, seconds: float) -> None:
         if not self._metrics_enabled or pages == 0:
             return
         with self._lock:
             self._samples[f"{direction}_pgs"].append(pages)
             if seconds > 0:
-                self._samples[f"{direction}_bandwidth"].append(ok * self._page_bytes / seconds / 1e9)
+                self._samples[f"{direction}_bandwidth"].append(nbytes / seconds / 1e9)
 
     # ------------------------------------------------------------ set-up
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
@@ -183,6 +289,42 @@ class SGLangBackend(_Base):
         self.backend.register_mem_pool_host(mem_pool_host)
         self.mem_pool_host = mem_pool_host
         self._page_bytes = pool_page_bytes(mem_pool_host)
+        self._note_pool_bytes()
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """Attach a sidecar host pool (SGLang's ``PoolName`` or a str) of a hybrid model.
+
+        During SGLang's attach (before :meth:`on_host_pools_registered`) a pool the backend cannot
+        serve raises :class:`ConfigError`, which fails the attach at start-up. A sidecar SGLang
+        adds later, while requests run, never raises: the error is counted and logged, and v2
+        calls naming that pool are counted misses.
+        """
+        if not self._pools_registered:
+            self.backend.register_mem_host_pool_v2(host_pool, host_pool_name)
+        else:
+            op = "register_mem_host_pool_v2"
+            self._guard(op, None, lambda: self.backend.register_mem_host_pool_v2(host_pool, host_pool_name))
+        self._note_pool_bytes()
+
+    def on_host_pools_registered(self) -> None:
+        """The pool set of SGLang's attach is complete; v2 calls are served from now on.
+
+        Raises :class:`ConfigError` when the main KV pool was never registered: SGLang then fails
+        the attach, as its interface documents, instead of running with a storage tier that
+        answers every call with a miss.
+        """
+        self.backend.on_host_pools_registered()
+        self._pools_registered = True
+
+    def _note_pool_bytes(self) -> None:
+        """Remember each attached pool's page size in bytes (for v2 bandwidth samples)."""
+        try:
+            registered = self.backend.registered_pools()
+            sizes = {name: self.backend.pool_keyspace(name).page_bytes for name in registered}
+        except Exception:  # a backend without the pool registry: KV only
+            sizes = {"kv": self._page_bytes}
+        with self._lock:
+            self._pool_page_bytes = sizes
 
     # ------------------------------------------------------------ zero-copy (v1)
     def batch_get_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> list[bool]:
@@ -191,7 +333,7 @@ class SGLangBackend(_Base):
         result = self._guard(
             "batch_get_v1", [False] * _count(keys), lambda: self.backend.batch_get_v1(keys, host_indices, extra_info)
         )
-        self._record("prefetch", len(result), sum(result), time.perf_counter() - begin)
+        self._record("prefetch", len(result), sum(result) * self._page_bytes, time.perf_counter() - begin)
         return result
 
     def batch_set_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> list[bool]:
@@ -200,7 +342,7 @@ class SGLangBackend(_Base):
         result = self._guard(
             "batch_set_v1", [False] * _count(keys), lambda: self.backend.batch_set_v1(keys, host_indices, extra_info)
         )
-        self._record("backup", len(result), sum(result), time.perf_counter() - begin)
+        self._record("backup", len(result), sum(result) * self._page_bytes, time.perf_counter() - begin)
         return result
 
     # ------------------------------------------------------------ generic (v0)
@@ -217,7 +359,7 @@ class SGLangBackend(_Base):
             lambda: self.backend.batch_get(keys, target_locations, target_sizes),
         )
         hits = sum(item is not None for item in result)
-        self._record("prefetch", len(result), hits, time.perf_counter() - begin)
+        self._record("prefetch", len(result), hits * self._page_bytes, time.perf_counter() - begin)
         return result
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
@@ -230,7 +372,7 @@ class SGLangBackend(_Base):
         """Write flat pages; ``True`` only if all were stored."""
         begin = time.perf_counter()
         each = self._guard("batch_set", [False] * _count(keys), lambda: self.backend.batch_set_each(keys, values))
-        self._record("backup", len(each), sum(each), time.perf_counter() - begin)
+        self._record("backup", len(each), sum(each) * self._page_bytes, time.perf_counter() - begin)
         return all(each)
 
     # ------------------------------------------------------------ existence
@@ -242,20 +384,90 @@ class SGLangBackend(_Base):
         """Leading run of stored pages (SGLang's semantics); ``0`` on an error."""
         return self._guard("batch_exists", 0, lambda: self.backend.batch_exists(keys, extra_info))
 
-    # ------------------------------------------------------------ multi-pool (v2): not served
+    # ------------------------------------------------------------ multi-pool (v2)
     def batch_exists_v2(self, keys: list[str], pool_transfers: Any = None, extra_info: Any = None) -> Any:
-        """Sidecar pools (Mamba, SWA ...) are not stored by this adapter: reports no hit."""
-        from sglang.srt.mem_cache.hicache_storage import PoolTransferResult
+        """Longest prefix of ``keys`` restorable with KV and every sidecar pool; never raises.
 
-        return PoolTransferResult.empty()
+        Returns SGLang's ``PoolTransferResult`` (this SDK's look-alike without SGLang):
+        ``kv_hit_pages``, ``extra_pool_hit_pages`` keyed by SGLang's ``PoolName.KV`` and by each
+        transfer's own ``name`` object, and ``restorable_prefix_pages``. An error (a malformed
+        request, an unregistered pool, a backend fault) is counted and reads as no hit at all.
+        """
+        _, result_type = _sglang_pool_types()
 
-    def batch_get_v2(self, transfers: list[Any], extra_info: Any = None) -> dict[str, list[bool]]:
-        """Sidecar pools are not stored by this adapter: every page is a miss."""
-        return {str(t.name): [False] * _count(t.keys or []) for t in transfers}
+        def query() -> Any:
+            found = self.backend.batch_exists_v2(keys, _exists_view(pool_transfers), extra_info)
+            return self._engine_result(found, result_type)
 
-    def batch_set_v2(self, transfers: list[Any], extra_info: Any = None) -> dict[str, list[bool]]:
-        """Sidecar pools are not stored by this adapter: every write fails."""
-        return {str(t.name): [False] * _count(t.keys or []) for t in transfers}
+        return self._guard("batch_exists_v2", None, query) or result_type.empty()
+
+    def _engine_result(self, found: Any, result_type: type[Any]) -> Any:
+        """``found`` (our :class:`PoolTransferResult`) as SGLang's, keyed by SGLang's pool names."""
+        if not isinstance(found, PoolTransferResult):
+            raise TypeError(f"batch_exists_v2 returned {type(found).__name__}, not a PoolTransferResult")
+        engine_names, _ = _sglang_pool_types()
+        kv_name = engine_names(PoolName.KV.value)
+        hits: dict[Any, int] = {}
+        for name, pages in found.extra_pool_hit_pages.items():
+            hits[kv_name if pool_name_str(name) == PoolName.KV.value else name] = int(pages)
+        restorable = found.restorable_prefix_pages
+        return result_type(
+            int(found.kv_hit_pages), hits, None if restorable is None else [int(length) for length in restorable]
+        )
+
+    def batch_get_v2(self, transfers: list[Any], extra_info: Any = None) -> dict[Any, list[bool]]:
+        """Read each transfer's pages into its pool's host slots; one list of bools per transfer name.
+
+        Keyed by the ``name`` objects SGLang passed; never raises: an error is counted and each of
+        the transfer's pages is a miss (a malformed transfer fails alone, the others still move).
+        """
+        return self._move_v2("batch_get_v2", "prefetch", transfers, extra_info)
+
+    def batch_set_v2(self, transfers: list[Any], extra_info: Any = None) -> dict[Any, list[bool]]:
+        """Write each transfer's pages from its pool's host slots; one list of bools per transfer name.
+
+        Keyed by the ``name`` objects SGLang passed; never raises: an error is counted and each of
+        the transfer's pages is ``False`` (a malformed transfer fails alone, the others still move).
+        """
+        return self._move_v2("batch_set_v2", "backup", transfers, extra_info)
+
+    def _move_v2(self, op: str, direction: str, transfers: Any, extra_info: Any) -> dict[Any, list[bool]]:
+        begin = time.perf_counter()
+        try:
+            items = list(transfers)
+        except Exception as error:  # not a list of transfers: nothing to move, nothing to key
+            self._count_error(op, error)
+            return {}
+        call = getattr(self.backend, op)
+        try:
+            results = _checked_moves(call(items, extra_info), items)
+        except InvalidRequestError as error:
+            # The contract refuses a whole call with a malformed transfer before moving a byte
+            # (e.g. host indices that do not match the keys); SGLang's own backends fail that
+            # transfer alone, so the others are moved one by one.
+            if len(items) == 1:
+                self._count_error(op, error)
+                results = _missed(items)
+            else:
+                results = {}
+                for item in items:
+                    part = self._guard(op, _missed([item]), partial(_move_one, call, item, extra_info))
+                    for name, flags in part.items():
+                        results[name] = results.get(name, []) + flags
+        except Exception as error:
+            self._count_error(op, error)
+            results = _missed(items)
+        self._record_v2(direction, results, time.perf_counter() - begin)
+        return results
+
+    def _record_v2(self, direction: str, results: dict[Any, list[bool]], seconds: float) -> None:
+        if not self._metrics_enabled:
+            return
+        with self._lock:
+            sizes = dict(self._pool_page_bytes)
+        pages = sum(len(flags) for flags in results.values())
+        nbytes = sum(sum(flags) * sizes.get(pool_name_str(name), 0) for name, flags in results.items())
+        self._record(direction, pages, nbytes, seconds)
 
     # ------------------------------------------------------------ maintenance
     def clear(self) -> bool:
