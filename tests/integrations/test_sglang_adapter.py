@@ -14,6 +14,7 @@ import torch
 from hicache_storage import BackendLoadError, ConfigError, HostKVPool, make_config, testing
 from hicache_storage.integrations import sglang as adapter
 from hicache_storage.integrations.sglang import SGLangBackend, extra_config_for, launch_args, sdk_config
+from hicache_storage.pools import PoolHitPolicy, PoolName
 
 PAGE = 4
 
@@ -82,11 +83,163 @@ def test_batch_calls_never_raise(tmp_path: Path) -> None:
     store.close()  # idempotent
 
 
-def test_v2_sidecar_calls_report_no_hits(tmp_path: Path) -> None:
+# --------------------------------------------------------------------------- multi-pool (v2)
+def make_hybrid_adapter(tmp_path: Path, backend: str = "file", **options: Any) -> tuple[SGLangBackend, dict[str, Any]]:
+    """An adapter with a hybrid model's pools registered the way SGLang's hybrid controller does."""
+    opts = {"path": str(tmp_path / "kv")} if backend == "file" else {}
+    opts.update(options)
+    config = make_config("org/hybrid", extra_config=extra_config_for(backend, **opts))
+    config.enable_storage_metrics = True
+    store = SGLangBackend(config, {})
+    pools = testing.make_hybrid_pools(num_pages=8, page_size=PAGE)
+    store.register_mem_pool_host(pools["kv"])
+    for name, pool in pools.items():  # SGLang registers every entry of its host pool group, KV included
+        store.register_mem_host_pool_v2(pool, name)
+    store.on_host_pools_registered()
+    return store, pools
+
+
+def transfer(
+    name: Any, keys: list[str] | None, first: int = 0, *, policy: Any = PoolHitPolicy.ALL_PAGES, **more: Any
+) -> SimpleNamespace:
+    """A v2 transfer (SGLang's ``PoolTransfer`` fields) of ``keys`` at pages ``first...`` of the pool."""
+    page = 1 if str(name) == "mamba" else PAGE
+    indices = None if keys is None else torch.arange(first * page, (first + len(keys)) * page)
+    return SimpleNamespace(
+        name=name,
+        keys=keys,
+        host_indices=more.pop("host_indices", indices),
+        hit_policy=policy,
+        indices_from_pool=more.pop("indices_from_pool", None),
+        block_pages=0,
+        group_pages=0,
+        **more,
+    )
+
+
+@pytest.mark.parametrize("backend", ["file", "sim"])
+def test_v2_round_trip_of_every_sidecar_is_byte_exact(tmp_path: Path, backend: str) -> None:
+    store, pools = make_hybrid_adapter(tmp_path, backend)
+    kv, swa, mamba, indexer = PoolName.KV, PoolName.SWA, "mamba", PoolName.INDEXER  # enum members and a str
+    written = {name: [page_bytes(pools[str(name)], p) for p in range(3)] for name in (swa, mamba, indexer)}
+    assert store.batch_set_v1(KEYS[:3], slots(0, 3)) == [True] * 3
+    sets = [transfer(swa, KEYS[1:3], 1), transfer(mamba, KEYS[2:3], 2), transfer(indexer, KEYS[:3], 0)]
+    result = store.batch_set_v2(sets)
+    assert result == {swa: [True, True], mamba: [True], indexer: [True] * 3}
+    assert [type(name) for name in result] == [PoolName, str, PoolName]  # the names passed, as passed
+    assert {id(name) for name in result} == {id(swa), id(mamba), id(indexer)}
+    gets = [transfer(swa, KEYS[1:3], 5), transfer(mamba, KEYS[2:3], 6), transfer(indexer, KEYS[:3], 5)]
+    assert store.batch_get_v2(gets) == {swa: [True, True], mamba: [True], indexer: [True] * 3}
+    assert [page_bytes(pools["swa"], p) for p in (5, 6)] == written[swa][1:]
+    assert page_bytes(pools["mamba"], 6) == written[mamba][2]
+    assert [page_bytes(pools["indexer"], p) for p in (5, 6, 7)] == written[indexer]
+    found = store.batch_exists_v2(
+        [*KEYS[:3], KEYS[4]],
+        [
+            transfer(swa, ["__placeholder__"] * 2, policy=PoolHitPolicy.TRAILING_PAGES),  # SGLang's query placeholders
+            transfer(mamba, ["__placeholder__"], policy="trailing_pages"),
+            transfer(indexer, None, indices_from_pool=kv),
+        ],
+    )
+    engine_names, result_type = adapter._sglang_pool_types()
+    assert isinstance(found, result_type)
+    assert (found.kv_hit_pages, found.extra_pool_hit_pages, found.restorable_prefix_pages) == (
+        3,
+        {kv: 3, swa: 3, mamba: 3, indexer: 3},
+        [3],
+    )
+    kv_key = next(iter(found.extra_pool_hit_pages))
+    assert type(kv_key) is engine_names and kv_key is engine_names.KV
+    assert store.sdk_stats()["adapter"]["errors"] == {}
+    store.close()
+
+
+def test_v2_results_are_never_none_and_errors_are_counted_misses(tmp_path: Path) -> None:
+    store, _ = make_hybrid_adapter(tmp_path)
+    _, result_type = adapter._sglang_pool_types()
+    good = transfer(PoolName.SWA, KEYS[:2], 0)
+    bad = transfer(PoolName.MAMBA, KEYS[:2], 0, host_indices=torch.arange(1))  # 1 slot for 2 keys
+    # one malformed transfer fails alone; the well-formed one is still written
+    assert store.batch_set_v2([good, bad]) == {PoolName.SWA: [True, True], PoolName.MAMBA: [False, False]}
+    assert store.batch_get_v2([bad]) == {PoolName.MAMBA: [False, False]}
+    assert store.batch_get_v2([transfer("no_such_pool", KEYS[:1], 0)]) == {"no_such_pool": [False]}
+    assert store.batch_get_v2([transfer(PoolName.SWA, ["../etc"], 0)]) == {PoolName.SWA: [False]}
+    assert store.batch_set_v2(None) == {}  # type: ignore[arg-type]
+    assert store.batch_set_v2([object(), good]) == {PoolName.SWA: [True, True]}  # no name: nothing to key it by
+    empty = store.batch_exists_v2(KEYS[:2], [transfer(PoolName.SWA, KEYS[:1], policy="sideways")])
+    assert isinstance(empty, result_type) and (empty.kv_hit_pages, empty.extra_pool_hit_pages) == (0, {})
+    assert store.batch_exists_v2(["bad key"]).kv_hit_pages == 0
+    assert store.batch_exists_v2(KEYS[:1], [transfer("no_such_pool", None)]).kv_hit_pages == 0
+    errors = store.sdk_stats()["adapter"]["errors"]
+    assert errors == {"batch_set_v2": 3, "batch_get_v2": 3, "batch_exists_v2": 3}
+    store.close()
+    assert store.batch_get_v2([good]) == {PoolName.SWA: [False, False]}  # closed
+    assert store.batch_exists_v2(KEYS[:1]).kv_hit_pages == 0
+
+
+def test_v2_backend_faults_and_broken_answers_never_reach_sglang(tmp_path: Path) -> None:
+    store, _ = make_hybrid_adapter(tmp_path, "sim", fail_set_rate=1.0, fail_exists_rate=1.0, resilience={"retries": 0})
+    swa = transfer(PoolName.SWA, KEYS[:2], 0)
+    assert store.batch_set_v2([swa]) == {PoolName.SWA: [False, False]}
+    assert store.batch_exists_v2(KEYS[:2], [swa]).kv_hit_pages == 0
+    assert store.sdk_stats()["faults"] >= 2
+    inner = store.backend
+    for answer in (None, ["not", "a", "dict"]):
+
+        def broken(transfers: Any, extra_info: Any = None, answer: Any = answer) -> Any:
+            return answer
+
+        inner.batch_get_v2 = broken  # type: ignore[method-assign]
+        assert store.batch_get_v2([swa]) == {PoolName.SWA: [False, False]}
+
+    def explode(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("backend bug")
+
+    inner.batch_set_v2 = explode  # type: ignore[method-assign]
+    inner.batch_exists_v2 = explode  # type: ignore[method-assign]
+    assert store.batch_set_v2([swa]) == {PoolName.SWA: [False, False]}
+    assert store.batch_exists_v2(KEYS[:2], [swa]).extra_pool_hit_pages == {}
+    assert store.sdk_stats()["adapter"]["errors"] == {"batch_get_v2": 2, "batch_set_v2": 1, "batch_exists_v2": 1}
+
+
+def test_v2_calls_before_the_pool_set_is_complete_are_counted_misses(tmp_path: Path) -> None:
     store = make_adapter(tmp_path)
-    transfer = SimpleNamespace(name="mamba", keys=KEYS[:2])
-    assert store.batch_get_v2([transfer]) == {"mamba": [False, False]}
-    assert store.batch_set_v2([transfer]) == {"mamba": [False, False]}
+    swa = transfer("swa", KEYS[:2], 0)
+    assert store.batch_get_v2([swa]) == {"swa": [False, False]}
+    assert store.batch_exists_v2(KEYS[:2], [swa]).kv_hit_pages == 0
+    assert store.sdk_stats()["adapter"]["errors"] == {"batch_get_v2": 1, "batch_exists_v2": 1}
+
+
+def test_v2_registration_errors_fail_the_attach_but_not_a_running_engine(tmp_path: Path) -> None:
+    config = make_config("m", extra_config=extra_config_for("sim"))
+    with pytest.raises(ConfigError, match="register_mem_pool_host"):
+        SGLangBackend(config, {}).on_host_pools_registered()  # no KV pool: SGLang fails the attach
+    store, pools = make_hybrid_adapter(tmp_path, "sim")
+    other = testing.make_pool(num_pages=8, page_size=PAGE, layer_num=1, head_dim=16)
+    store.register_mem_host_pool_v2(other, "swa")  # another geometry, while requests run: counted, not raised
+    assert store.sdk_stats()["adapter"]["errors"] == {"register_mem_host_pool_v2": 1}
+    assert store.backend.registered_pools()["swa"] is pools["swa"]
+    fresh = SGLangBackend(config, {})
+    fresh.register_mem_pool_host(pools["kv"])
+    fresh.register_mem_host_pool_v2(pools["swa"], "swa")
+    with pytest.raises(ConfigError, match="swa"):
+        fresh.register_mem_host_pool_v2(other, "swa")  # during the attach: raised
+
+
+def test_v2_traffic_is_in_sglangs_storage_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, pools = make_hybrid_adapter(tmp_path, "sim")
+    assert store.batch_set_v2([transfer("swa", KEYS[:2], 0), transfer("mamba", KEYS[1:2], 1)]) == {
+        "swa": [True, True],
+        "mamba": [True],
+    }
+    assert store.batch_get_v2([transfer("swa", KEYS[:3], 4)]) == {"swa": [True, True, False]}
+    monkeypatch.setattr(adapter, "_storage_metrics_class", lambda: FakeStorageMetrics)
+    metrics = store.get_stats()
+    assert metrics.backup_pgs == [3] and metrics.prefetch_pgs == [3]
+    assert len(metrics.backup_bandwidth) == 1 and metrics.backup_bandwidth[0] > 0
+    assert len(metrics.prefetch_bandwidth) == 1 and metrics.prefetch_bandwidth[0] > 0
+    sizes = store._pool_page_bytes
+    assert sizes["swa"] == pools["swa"].bytes_per_page and sizes["mamba"] == pools["mamba"].size_per_token
 
 
 def test_construction_errors_name_the_option(tmp_path: Path) -> None:
@@ -117,6 +270,65 @@ def test_sdk_config_from_an_engine_config() -> None:
     engine.dcp_size = 2
     with pytest.raises(ConfigError, match="dcp_size"):
         sdk_config(engine)
+
+
+def engine_config(path: Path, **more: Any) -> SimpleNamespace:
+    """An engine's storage config as SGLang passes it, plus ``more`` fields (a newer SGLang's)."""
+    return SimpleNamespace(
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=False,
+        enable_storage_metrics=False,
+        is_page_first_layout=True,
+        model_name="org/model",
+        extra_config=extra_config_for("file", path=str(path)),
+        **more,
+    )
+
+
+@dataclass
+class NewerEngineConfig:
+    """A dataclass config with a field this SDK does not know (as a newer SGLang's)."""
+
+    tp_rank: int = 0
+    tp_size: int = 1
+    pp_rank: int = 0
+    pp_size: int = 1
+    attn_cp_rank: int = 0
+    attn_cp_size: int = 1
+    is_mla_model: bool = False
+    enable_storage_metrics: bool = False
+    is_page_first_layout: bool = True
+    model_name: str = "org/model"
+    extra_config: dict[str, Any] = field(default_factory=dict)
+    model_identity_hash: str | None = None
+
+
+def test_unknown_engine_config_fields_enter_the_key_identity(tmp_path: Path) -> None:
+    assert sdk_config(engine_config(tmp_path, model_identity_hash="rev-a")).identity_fields == {
+        "model_identity_hash": "rev-a"
+    }
+    assert sdk_config(NewerEngineConfig(model_identity_hash="q4")).identity_fields == {"model_identity_hash": "q4"}
+    assert sdk_config(engine_config(tmp_path)).identity_fields == {}
+
+    def store(**more: Any) -> SGLangBackend:
+        instance = SGLangBackend(engine_config(tmp_path, **more), {})
+        instance.register_mem_pool_host(make_pool())
+        return instance
+
+    rev_a, rev_b, plain = store(model_identity_hash="rev-a"), store(model_identity_hash="rev-b"), store()
+    assert rev_a.batch_set_v1(KEYS[:3], slots(0, 3)) == [True] * 3
+    assert rev_a.batch_exists(KEYS[:3]) == 3
+    assert rev_b.batch_exists(KEYS[:3]) == 0  # another model revision: same path, no shared page
+    assert plain.batch_exists(KEYS[:3]) == 0
+    # no unknown field: the keys of a config without one are unchanged
+    direct = make_adapter(tmp_path, backend="file", path=str(tmp_path))
+    assert plain.backend.pool_keyspace().storage_key(KEYS[0]) == direct.backend.pool_keyspace().storage_key(KEYS[0])
+    assert rev_a.backend.pool_keyspace().storage_key(KEYS[0]) != plain.backend.pool_keyspace().storage_key(KEYS[0])
 
 
 def test_launch_args_are_what_sglang_parses() -> None:
