@@ -162,3 +162,36 @@ def test_seeds_do_not_combine() -> None:
 def test_a_newline_never_passes_batch_validation(key: str) -> None:
     with pytest.raises(InvalidKeyError):
         validate_keys(["fine", key])
+
+
+# ----------------------------------------------------------------------------- salted vectors (tests/data)
+SALTED = json.loads((Path(__file__).resolve().parent / "data" / "salted_page_hash_vectors.json").read_text("utf-8"))
+
+
+@pytest.mark.parametrize("case", SALTED["cases"], ids=[c["name"] for c in SALTED["cases"]])
+def test_salted_page_hashes_match_the_vectors(case):
+    salts = {"extra_key": case["extra_key"], "cache_salt": case["cache_salt"]}
+    if case["prior_hash"] is None:
+        assert storage_namespace_seed(**salts) == case["seed"]
+        assert page_hashes(case["tokens"], case["page_size"], **salts) == case["page_hashes"]
+    else:
+        assert page_hashes(case["tokens"], case["page_size"], prior_hash=case["prior_hash"]) == case["page_hashes"]
+
+
+def test_salted_vectors_are_computed_and_were_checked_against_sglang():
+    """The file is what its generator computes (never edited by hand), and SGLang agreed with every case."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "data" / "make_salted_page_hash_vectors.py"
+    spec = importlib.util.spec_from_file_location("make_salted_page_hash_vectors", path)
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert generator.document(SALTED["checked_against"]) == SALTED
+    assert SALTED["checked_against"] == "0.5.23"
+    names = {case["name"] for case in SALTED["cases"]}
+    assert {"unsalted", "empty_cache_salt", "both_empty", "unicode", "continues_salted_chain"} <= names
+    unsalted = next(case for case in SALTED["cases"] if case["name"] == "unsalted")
+    assert unsalted["seed"] is None and unsalted["page_hashes"] == page_hashes(unsalted["tokens"], 4)
+    distinct = {tuple(case["page_hashes"]) for case in SALTED["cases"] if case["name"].startswith("joined_")}
+    assert len(distinct) == 5  # salts that run together never seed alike

@@ -9,7 +9,8 @@ compiled under their real file names and line numbers) into two small classes:
 
 - :class:`HiCacheController`: ``HiCacheController``'s storage methods of ``cache_controller.py``;
 - :class:`HybridCacheController`: ``HybridCacheController``'s of ``hybrid_cache_controller.py``,
-  subclassing the first, so its ``super()`` calls reach SGLang's base methods as in SGLang.
+  subclassing the first, so its ``super()`` calls reach SGLang's base methods as in SGLang;
+- :func:`load_radix_key`: ``RadixKey`` of ``radix_cache.py`` (tokens with ``extra_key``/``cache_salt``).
 
 Their globals are SGLang's own objects from modules that do import on CPU (``PoolTransfer``,
 ``PoolTransferResult``, ``count_pool_hits``, ``STORAGE_BATCH_SIZE``, ``get_storage_hash_str`` ...).
@@ -38,6 +39,7 @@ import torch
 
 CACHE_CONTROLLER = "sglang.srt.managers.cache_controller"
 HYBRID_CONTROLLER = "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller"
+RADIX_CACHE = "sglang.srt.mem_cache.radix_cache"
 
 #: What is taken from each file: top-level definitions, and methods of the controller class.
 BASE_TOP_LEVEL = ("PrefetchAck", "StorageOperation")
@@ -87,7 +89,7 @@ def source_path(module: str) -> Path:
 
 
 def _pick(
-    tree: ast.Module, top_level: tuple[str, ...], class_name: str, methods: tuple[str, ...]
+    tree: ast.Module, top_level: tuple[str, ...], class_name: str | None, methods: tuple[str, ...]
 ) -> tuple[list[ast.stmt], list[ast.stmt]]:
     """The named top-level definitions (in file order) and the named methods of ``class_name``."""
     found: dict[str, ast.stmt] = {}
@@ -104,12 +106,12 @@ def _pick(
             if missing:
                 raise LookupError(f"{class_name} has no {missing}: SGLang changed; update this list")
             body = [members[name] for name in methods]
-    if body is None:
+    if body is None and class_name is not None:
         raise LookupError(f"no class {class_name} in its source file: SGLang changed")
     missing_top = [name for name in top_level if name not in found]
     if missing_top:
-        raise LookupError(f"no top-level {missing_top} in the source of {class_name}: SGLang changed")
-    return chosen, body
+        raise LookupError(f"no top-level {missing_top} in its source file: SGLang changed")
+    return chosen, body or []
 
 
 def _defined_names(node: ast.stmt) -> list[str]:
@@ -124,7 +126,7 @@ def _defined_names(node: ast.stmt) -> list[str]:
 
 def _compile(
     module: str,
-    class_name: str,
+    class_name: str | None,
     *,
     top_level: tuple[str, ...],
     methods: tuple[str, ...],
@@ -134,17 +136,19 @@ def _compile(
     path = source_path(module)
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     chosen, body = _pick(tree, top_level, class_name, methods)
-    cls = ast.ClassDef(
-        name=class_name,
-        bases=[ast.Name(id=base, ctx=ast.Load())] if base else [],
-        keywords=[],
-        body=body,
-        decorator_list=[],
-    )
-    if "type_params" in ast.ClassDef._fields:  # Python 3.12+
-        setattr(cls, "type_params", [])  # noqa: B010 - the field is absent from older ast stubs
+    if class_name is not None:
+        cls = ast.ClassDef(
+            name=class_name,
+            bases=[ast.Name(id=base, ctx=ast.Load())] if base else [],
+            keywords=[],
+            body=body,
+            decorator_list=[],
+        )
+        if "type_params" in ast.ClassDef._fields:  # Python 3.12+
+            setattr(cls, "type_params", [])  # noqa: B010 - the field is absent from older ast stubs
+        chosen.append(cls)
     future = ast.ImportFrom(module="__future__", names=[ast.alias(name="annotations")], level=0)
-    built = ast.Module(body=[future, *chosen, cls], type_ignores=[])
+    built = ast.Module(body=[future, *chosen], type_ignores=[])
     ast.fix_missing_locations(built)
     # A module of its own (dataclasses look their class's module up), named apart from SGLang's.
     compiled = types.ModuleType(f"{__name__}.{module.rsplit('.', 1)[-1]}")
@@ -227,6 +231,19 @@ def load_controllers() -> Controllers:
         },
     )
     return Controllers(base_ns["HiCacheController"], hybrid_ns["HybridCacheController"], base_ns, hybrid_ns)
+
+
+def load_radix_key() -> type[Any]:
+    """SGLang's ``RadixKey`` (``mem_cache/radix_cache.py``): a request's tokens with ``extra_key``/``cache_salt``.
+
+    Compiled from its source like the controllers (``radix_cache`` imports the scheduler's types).
+    """
+    from array import array
+
+    namespace = _compile(
+        RADIX_CACHE, None, top_level=("RadixKey",), methods=(), base=None, namespace={"array": array, "torch": torch}
+    )
+    return namespace["RadixKey"]  # type: ignore[no-any-return]
 
 
 class HostPoolGroup:
