@@ -1,4 +1,4 @@
-"""The SGLang adapter without SGLang: construction, byte-exact transfers, never-raise, stats, pool layouts."""
+"""The SGLang adapter without SGLang: transfers (v0, v1, multi-pool v2), never-raise, stats, layouts, key identity."""
 
 from __future__ import annotations
 
