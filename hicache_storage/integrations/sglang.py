@@ -296,8 +296,9 @@ class SGLangBackend(_Base):
 
         During SGLang's attach (before :meth:`on_host_pools_registered`) a pool the backend cannot
         serve raises :class:`ConfigError`, which fails the attach at start-up. A sidecar SGLang
-        adds later, while requests run, never raises: the error is counted and logged, and v2
-        calls naming that pool are counted misses.
+        adds later, while requests run, never raises: the error is counted and logged and the pool
+        is not attached (v2 calls naming a pool never attached are counted misses; a pool already
+        attached under that name keeps being served).
         """
         if not self._pools_registered:
             self.backend.register_mem_host_pool_v2(host_pool, host_pool_name)
