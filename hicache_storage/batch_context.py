@@ -29,17 +29,25 @@ class BatchContext:
     - ``prefix_keys``: bare page hashes that precede the call's keys in their chain (empty when
       the caller gave none); ``prefix_keys + keys`` is one chain.
     - ``extra_info``: the caller's free-form ``extra_info.extra_info`` dict, if any.
+    - ``record_bytes``: set when the call moves records of another size than the key space's
+      pages (a key space's manifest); :attr:`page_bytes` then returns it.
+
+    A backend that files records by key space should take the key space from each storage key's
+    own prefix (:func:`hicache_storage.listing.keyspace_prefix_of`) together with
+    :attr:`page_bytes`: operator calls (listing, manifests, purges) pass storage keys of several key
+    spaces with a placeholder ``keyspace``.
     """
 
     pool: str
     keyspace: KeySpace
     prefix_keys: tuple[str, ...] = ()
     extra_info: Mapping[str, Any] | None = None
+    record_bytes: int | None = None
 
     @property
     def page_bytes(self) -> int:
-        """Bytes of every page in this call."""
-        return self.keyspace.page_bytes
+        """Bytes of every page (record payload) in this call."""
+        return self.keyspace.page_bytes if self.record_bytes is None else self.record_bytes
 
     def parent_storage_key(self) -> str | None:
         """Storage key of the page just before the call's first key, when the caller named it."""

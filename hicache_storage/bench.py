@@ -297,7 +297,7 @@ def _table(result: dict[str, Any]) -> Table:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     """Run the ``bench`` sub-command; returns the exit status (1 if the data read back differs)."""
-    from .commands import parse_json_option
+    from .cli_options import parse_json_option
 
     result = run_bench(
         args.backend, parse_json_option(args.config), page_bytes=args.page_bytes, pages=args.pages, batch=args.batch

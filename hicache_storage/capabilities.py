@@ -22,6 +22,10 @@ class Capabilities:
     - ``max_batch_size``: most pages one primitive call receives (the base class splits larger batches).
     - ``max_page_bytes``: largest page the backend can store (``None`` = unbounded).
     - ``verifies_integrity``: a corrupted or truncated stored page reads as a miss.
+    - ``multi_pool``: serves the multi-pool (v2) calls for sidecar pools (Mamba state, SWA, indexer).
+    - ``supports_list``: ``list_pages()`` lists the stored records (pages and key-space
+      manifests) under the configured location, paged and by key-space prefix.
+    - ``ttl``: the ``ttl_s`` option makes stored pages expire on their own.
     """
 
     zero_copy: bool = False
@@ -33,6 +37,9 @@ class Capabilities:
     max_batch_size: int = 128
     max_page_bytes: int | None = None
     verifies_integrity: bool = False
+    multi_pool: bool = True
+    supports_list: bool = False
+    ttl: bool = False
 
     def with_overrides(self, overrides: dict[str, Any]) -> Capabilities:
         """Return a copy with ``overrides`` applied; unknown names raise :class:`ConfigError`."""

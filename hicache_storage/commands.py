@@ -14,29 +14,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import __version__
+from .cli_options import parse_json_option
 from .errors import BackendLoadError, ConfigError
 from .interface import API_VERSION
 
 __all__ = ["build_parser", "parse_json_option", "run"]
-
-
-def parse_json_option(value: str | None, option: str = "--config") -> dict[str, Any]:
-    """Parse a ``--config`` value: inline JSON or ``@file``; must be a JSON object."""
-    if value is None:
-        return {}
-    text = value
-    if value.startswith("@"):
-        try:
-            text = Path(value[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(option, f"cannot read {value[1:]!r}: {exc.strerror}") from None
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(option, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    if not isinstance(parsed, dict):
-        raise ConfigError(option, f"expected a JSON object, got {type(parsed).__name__}")
-    return parsed
 
 
 def _cmd_backends(args: argparse.Namespace, console: Console) -> int:
@@ -228,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--dir", default=".", help="parent directory of the new package (default: .)")
     new.set_defaults(handler=_cmd_new_backend)
 
+    from .operate import add_commands
+
+    add_commands(sub)
     _add_optional(sub, "bench", "hicache_storage.bench", _cmd_bench)
     _add_optional(sub, "replay", "hicache_storage.replay.cli", _cmd_replay)
     return parser

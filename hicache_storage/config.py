@@ -60,6 +60,7 @@ SDK_OPTION_NAMES: frozenset[str] = frozenset(
     {
         "namespace",
         "model_revision",
+        "manifests",
         "resilience",
         "backend",
         "backend_name",

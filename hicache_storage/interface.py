@@ -41,6 +41,7 @@ from .capabilities import Capabilities
 from .config import SDK_OPTION_NAMES, HiCacheStorageConfig, HiCacheStorageExtraInfo
 from .errors import ConfigError, InvalidRequestError
 from .keys import KeySpace, validate_key, validate_keys
+from .listing import PageListing, StoredPage
 from .options import NoOptions, parse_options
 from .page_buffers import PageBuffers, pool_page_bytes, tensor_page_buffer
 from .pool_hits import PoolPresence, fold_pool_hits, leading_run
@@ -48,6 +49,7 @@ from .pool_registry import PoolRegistry, RegisteredPool, pool_keyspace
 from .pools import PoolHitPolicy, PoolName, PoolTransferResult, pool_name_str
 from .resilience import ResilienceOptions, ResiliencePolicy
 from .stats import StorageStats
+from .store_admin import ManifestKeeper, delete_stored, list_pages
 from .transfer_plan import TransferStep, plan_exists, plan_transfers
 
 __all__ = [
@@ -141,6 +143,9 @@ class HiCacheStorage(ABC):
             raise ConfigError("extra_config.model_revision", f"expected a str, got {revision!r}")
         self.namespace = namespace
         self.model_revision = revision
+        manifests = extra.get("manifests", True)
+        if not isinstance(manifests, bool):
+            raise ConfigError("extra_config.manifests", f"expected true or false, got {manifests!r}")
         backend_values = {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES}
         self.options = parse_options(self.Options, backend_values)
         self.capabilities = type(self).capabilities_for(self.options)
@@ -152,6 +157,7 @@ class HiCacheStorage(ABC):
         self.mem_pool_host: Any = None
         self.keyspace: KeySpace | None = None
         self._hc_pools = PoolRegistry()
+        self._hc_manifests = ManifestKeeper() if manifests and self.capabilities.supports_list else None
         self._hc_pools_ready = False
         self._hc_closed = False
         self._hc_close_lock = threading.Lock()
@@ -193,6 +199,12 @@ class HiCacheStorage(ABC):
     def clear_pages(self) -> None:
         """Remove every page this backend stores under its configured location."""
         raise UnsupportedOperation(f"{type(self).__name__} does not support clear")
+
+    def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
+        """Up to ``limit`` stored records whose storage key starts with ``prefix`` (``""``: all under the
+        configured location), and an opaque cursor for the next call (``None`` when done). Needs ``supports_list``.
+        """
+        raise UnsupportedOperation(f"{type(self).__name__} does not support listing")
 
     def release(self) -> None:
         """Free connections and other resources (called once by :meth:`close`)."""
@@ -359,6 +371,8 @@ class HiCacheStorage(ABC):
         )
         if after_read is not None and op == "get":
             after_read(results)
+        elif op == "set" and self._hc_manifests is not None and any(results):
+            self._hc_manifests.after_write(self, entry.keyspace, context)
         return results
 
     # ------------------------------------------------------------ SGLang v1
@@ -542,6 +556,18 @@ class HiCacheStorage(ABC):
         return self._timed(
             "delete", len(keys), lambda: self._guarded("delete", skeys, None, context, "delete_pages"), 0
         )
+
+    def list_pages(self, prefix: str = "", *, limit: int = 1000, cursor: str | None = None) -> PageListing:
+        """Stored records (pages and key-space manifests) under ``prefix``, paged; needs ``supports_list``.
+
+        ``prefix`` is ``""`` (everything under this backend's location, every key space) or a
+        key-space prefix (``keyspace.prefix``). Faults raise :class:`~hicache_storage.BackendFault`.
+        """
+        return list_pages(self, prefix, limit=limit, cursor=cursor)
+
+    def delete_stored(self, storage_keys: Sequence[str]) -> list[bool]:
+        """Remove records by storage key (as :meth:`list_pages` lists them); needs ``supports_delete``."""
+        return delete_stored(self, storage_keys)
 
     def clear(self) -> None:
         """Remove every page under this backend's configured location. Needs ``supports_clear``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import defaultdict
 from typing import Any
@@ -17,11 +18,14 @@ class StorageStats:
     """
 
     _FIELDS = ("calls", "pages", "ok", "failed", "faults", "bytes", "seconds")
+    #: Upper bounds (seconds) of the per-operation latency histogram; one more bucket counts the rest.
+    LATENCY_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ops: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(self._FIELDS, 0))
         self._extra: dict[str, float] = defaultdict(float)
+        self._latency: dict[str, list[int]] = defaultdict(lambda: [0] * (len(self.LATENCY_BOUNDS) + 1))
         self.last_fault: str | None = None
 
     def record(self, op: str, *, pages: int, ok: int, nbytes: int = 0, seconds: float = 0.0, faults: int = 0) -> None:
@@ -35,6 +39,7 @@ class StorageStats:
             row["faults"] += faults
             row["bytes"] += nbytes
             row["seconds"] += seconds
+            self._latency[op][bisect.bisect_left(self.LATENCY_BOUNDS, seconds)] += 1
 
     def fault(self, op: str, error: BaseException) -> None:
         """Count a fault raised by the backend during ``op``."""
@@ -70,8 +75,17 @@ class StorageStats:
                 for name, row in self._ops.items()
             }
             extra = {k: (int(v) if float(v).is_integer() else v) for k, v in self._extra.items()}
+            latency = {
+                name: {
+                    "bounds": list(self.LATENCY_BOUNDS),
+                    "counts": list(counts),
+                    "sum": round(self._ops[name]["seconds"], 6),
+                }
+                for name, counts in self._latency.items()
+            }
             return {
                 "ops": ops,
+                "latency": latency,
                 "counters": extra,
                 "faults": int(sum(r["faults"] for r in self._ops.values())),
                 "last_fault": self.last_fault,

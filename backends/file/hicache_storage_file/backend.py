@@ -29,11 +29,13 @@ from hicache_storage import (
     HiCacheStorageConfig,
 )
 from hicache_storage.batch_context import BatchContext
+from hicache_storage.listing import StoredPage
 from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_header, parse_header
 from hicache_storage.vectored_io import preadv_all, writev_all
 
 from .eviction import ChainEviction
 from .layout import PageLayout
+from .listing import list_page_files
 from .options import FileOptions, resolve_root
 from .parallel import map_pages
 from .raw_baseline import RawFiles
@@ -60,6 +62,7 @@ class FileBackend(HiCacheStorage):
         supports_delete=True,
         supports_clear=True,
         verifies_integrity=True,
+        supports_list=True,
     )
 
     @staticmethod
@@ -206,6 +209,10 @@ class FileBackend(HiCacheStorage):
         for key in keys:
             self._remove(self._layout.path_for(key))
         return [True] * len(keys)
+
+    def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
+        """Page files in path order (size and modification time from ``stat``)."""
+        return list_page_files(str(self.root), prefix, cursor, limit)
 
     def clear_pages(self) -> None:
         for path, _is_temp in self._layout.iter_owned_files():

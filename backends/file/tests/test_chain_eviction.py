@@ -24,7 +24,14 @@ def make_pool(num_pages: int = 32) -> HostKVPool:
 
 def make_backend(root: Path, pool: HostKVPool, max_pages: int) -> FileBackend:
     record = HEADER_SIZE + pool.bytes_per_page
-    extra = {"path": str(root), "resilience": False, "max_bytes": max_pages * record, "io_threads": 4}
+    # Pages of a few hundred bytes: a 4 KiB key-space manifest would take the budget of 15 of them.
+    extra = {
+        "path": str(root),
+        "resilience": False,
+        "max_bytes": max_pages * record,
+        "io_threads": 4,
+        "manifests": False,
+    }
     backend = FileBackend(make_config("m", extra_config=extra))
     backend.register_mem_pool_host(pool)
     return backend

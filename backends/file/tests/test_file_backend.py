@@ -284,12 +284,12 @@ def test_max_bytes_counts_pages_already_on_disk(tmp_path: Path) -> None:
     pool = make_pool()
     record = HEADER_SIZE + pool.bytes_per_page
     keys = keys_for(3)
-    first = make_backend(tmp_path, pool)
+    first = make_backend(tmp_path, pool, manifests=False)
     first.batch_set_v1(keys[:2], indices(0, 2))
     assert first.keyspace is not None
     for age, key in enumerate(keys[:2]):
         os.utime(first.path_for(first.keyspace.storage_key(key)), (1_000_000 + age, 1_000_000 + age))
-    limited = make_backend(tmp_path, pool, max_bytes=2 * record)
+    limited = make_backend(tmp_path, pool, max_bytes=2 * record, manifests=False)  # a manifest outweighs 2 pages
     assert limited.batch_set_v1(keys[2:], indices(2, 1)) == [True]
     assert limited.batch_exists_each(keys) == [False, True, True]
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
+from hicache_storage.listing import StoredPage, page_after
 from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
 
 from .cost import CostModel
@@ -39,6 +40,7 @@ class SimBackend(HiCacheStorage):
         supports_delete=True,
         supports_clear=True,
         verifies_integrity=True,
+        supports_list=True,
     )
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
@@ -100,19 +102,21 @@ class SimBackend(HiCacheStorage):
         if self._sleep:
             time.sleep(seconds)
 
-    def _enter(self, op: str) -> None:
-        """Fail the call the way a real backend would, charging its latency."""
+    def _enter(self, op: str, metadata: bool = False) -> None:
+        """Fail the call the way a real backend would, charging its latency (metadata calls: only when unavailable)."""
         try:
             if not self._store.available:
                 raise BackendFault(f"sim store {self._store.name or '(private)'} is unavailable")
-            self._faults.check(op)
+            if not metadata:
+                self._faults.check(op)
         except BackendFault:
             self._charge(op, 0)
             raise
 
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
-        self._enter("set")
+        metadata = context.record_bytes is not None  # a key-space manifest: no modelled cost, no injected fault
+        self._enter("set", metadata)
         results = []
         moved = evicted = 0
         for key, page in zip(keys, pages, strict=True):
@@ -124,11 +128,13 @@ class SimBackend(HiCacheStorage):
             results.append(stored)
         if evicted:
             self.stats.bump("evictions", evicted)
-        self._charge("set", moved)
+        if not metadata:
+            self._charge("set", moved)
         return results
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
-        self._enter("get")
+        metadata = context.record_bytes is not None
+        self._enter("get", metadata)
         results = []
         moved = 0
         for key, page in zip(keys, pages, strict=True):
@@ -146,7 +152,8 @@ class SimBackend(HiCacheStorage):
             if hit:
                 moved += sum(segment.nbytes for segment in page)
             results.append(hit)
-        self._charge("get", moved)
+        if not metadata:
+            self._charge("get", moved)
         return results
 
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
@@ -165,6 +172,13 @@ class SimBackend(HiCacheStorage):
             self._store.delete(key)
         self._charge("delete", 0)
         return [True] * len(keys)
+
+    def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
+        """Stored records in key order (sizes from the records; no write times)."""
+        self._enter("list")
+        stored = ((key, self._store.peek(key)) for key in self._store.keys())  # noqa: SIM118 (a method, not a dict)
+        records = [StoredPage(key, len(record)) for key, record in stored if record is not None]
+        return page_after(records, prefix, cursor, limit)
 
     def clear_pages(self) -> None:
         self._enter("clear")
