@@ -62,6 +62,13 @@ def _keys_of(transfer: Any, pool: str) -> list[str]:
         raise InvalidRequestError(f"pool {pool!r}: keys must be a list of str, got {transfer.keys!r}") from None
 
 
+def _window_keys(transfer: Any, pool: str) -> list[str]:
+    keys = transfer.keys or []
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+        raise InvalidRequestError(f"pool {pool!r}: keys must be a list, got {type(keys).__name__}")
+    return list(keys)
+
+
 def _named(transfer: Any) -> Any:
     if not hasattr(transfer, "name"):
         raise InvalidRequestError(f"each transfer needs a pool name (a PoolTransfer), got {type(transfer).__name__}")
@@ -91,7 +98,13 @@ def plan_exists(pools: PoolRegistry, transfers: Sequence[Any] | None) -> list[Ex
         name = _named(transfer)
         entry = pools.get(name)
         policy = hit_policy_of(transfer)
-        keys = _keys_of(transfer, entry.name)
+        # Only a BLOCK_GROUPS pool is looked up under its own keys; for the others the keys only size the
+        # window (SGLang's prefetch query sends placeholders such as "__placeholder__" there).
+        keys = (
+            _keys_of(transfer, entry.name)
+            if policy is PoolHitPolicy.BLOCK_GROUPS
+            else _window_keys(transfer, entry.name)
+        )
         block_pages = int(getattr(transfer, "block_pages", 0) or 0)
         group_pages = int(getattr(transfer, "group_pages", 0) or 0)
         if policy is PoolHitPolicy.BLOCK_GROUPS and (block_pages < 1 or group_pages < 1):

@@ -325,3 +325,12 @@ def test_primitives_written_for_api_1_0_still_serve(pools: dict[str, Any]) -> No
     ]
     put_kv(b, keys)
     assert b.batch_exists_v2(keys, [PoolTransfer(name="swa", keys=keys)]).kv_hit_pages == 2
+
+
+def test_trailing_windows_are_sized_by_placeholder_keys(backend: MemoryBackend, pools: dict[str, Any]) -> None:
+    """SGLang's prefetch query names no real keys for trailing pools: the keys only size the window."""
+    keys = kit.random_keys(4)
+    put_kv(backend, keys)
+    backend.batch_set_v2([PoolTransfer(name="mamba", host_indices=slots(pools["mamba"], [0]), keys=[keys[1]])])
+    query = [PoolTransfer(name="mamba", keys=["__placeholder__"], hit_policy=PoolHitPolicy.TRAILING_PAGES)]
+    assert backend.batch_exists_v2(keys, query).restorable_prefix_pages == [2]
