@@ -93,10 +93,9 @@ def space_tag(prefix: str) -> bytes:
 
 def payload_checksum(segments: Sequence[memoryview], digest: bytes) -> int:
     """XXH3-64 of the concatenated ``segments``, seeded by ``digest`` (binds the bytes to the key)."""
-    seed = int.from_bytes(digest[8:16], "little")
-    if len(segments) == 1:
-        return int(xxhash.xxh3_64_intdigest(segments[0], seed))
-    hasher = xxhash.xxh3_64(seed=seed)
+    # The streaming hasher releases the GIL while it hashes (the one-shot functions do not), so the
+    # I/O threads of a batch hash in parallel.
+    hasher = xxhash.xxh3_64(seed=int.from_bytes(digest[8:16], "little"))
     for segment in segments:
         hasher.update(segment)
     return int(hasher.intdigest())

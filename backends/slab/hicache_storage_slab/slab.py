@@ -163,7 +163,7 @@ class Slab:
         if length != geometry.page_bytes:
             return None
         digest = key_digest(key)
-        checksum = payload_checksum(page, digest)
+        checksum: int | None = None  # hashed after the copy (the bytes are then in cache) unless needed first
         index, local_set = geometry.locate(digest)
         file, set_offset = self.files[index], geometry.set_header_offset(local_set)
         stripe = (index * 7919 + local_set) % _STRIPES
@@ -176,6 +176,8 @@ class Slab:
                 entries = [decode_entry(raw[w * ENTRY_SIZE : (w + 1) * ENTRY_SIZE]) for w in range(geometry.ways)]
                 busy = {w for w in range(geometry.ways) if (index, set_offset + w * ENTRY_SIZE) in pending}
                 copies = [w for w, e in enumerate(entries) if e.state == COMMITTED and e.digest == digest]
+                if copies and checksum is None:  # a rewrite: same bytes can go in place, so hash them now
+                    checksum = payload_checksum(page, digest)
                 same = [
                     w
                     for w in copies
@@ -210,14 +212,17 @@ class Slab:
             digest,
             seen,
             bool(same),
-            encode_entry(COMMITTED, length, seq, digest, checksum=checksum, writer=self._writer_id()),
+            b"",
             [(set_offset + w * ENTRY_SIZE, entries[w].seq) for w in copies if w != way],
         )
         try:
             self._write_payload(file, geometry.slot_offset(local_set, way), page, length)
+            if checksum is None:
+                checksum = payload_checksum(page, digest)
         except BaseException:
             self.finish(plan)
             raise
+        plan.commit = encode_entry(COMMITTED, length, seq, digest, checksum=checksum, writer=self._writer_id())
         return plan
 
     def finish(self, plan: WritePlan) -> None:
