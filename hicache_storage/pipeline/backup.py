@@ -1,13 +1,20 @@
-"""Backup path: admission gates, the FIFO of intents, and the per-tick flush to storage."""
+"""Backup path: admission gates, the FIFO of intents, and the per-tick flush to storage.
+
+With sidecar components, each intent also carries, per sidecar, the units its component's rule
+asks for (SWA: the span's trailing window; Mamba: the state at the span's end). They are staged
+with the KV pages of the same tick and written in one ``batch_set_v2`` per batch before the KV
+pages go out with ``batch_set_v1``, as SGLang's hybrid controller writes them.
+"""
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import InvalidRequestError
 from .device_pool import tokens_to_pages
 from .parts import Stage, StageParts
+from .sidecars import Units
 from .types import BackupDecision, BackupResult, Span
 
 __all__ = ["BackupStage"]
@@ -17,9 +24,10 @@ __all__ = ["BackupStage"]
 class _Intent:
     span: Span
     hashes: list[str]
-    device_pages: list[int]
+    device_pages: list[int]  # KV pages to write ([] when every KV page is already believed stored)
     parent_hash: str | None  # resolved at admission; None only for a root span
     admitted_at: float
+    sidecars: dict[str, Units] = field(default_factory=dict)
 
     @property
     def pages(self) -> int:
@@ -30,8 +38,9 @@ class BackupStage(Stage):
     """Admits spans through the gates (existence belief, parent coverage, backlog cap, oversize) and
     writes admitted ones in FIFO order within each tick's write budget.
 
-    ``backlog_tokens`` is the number of tokens admitted and not yet acknowledged; it is never above
-    ``cap_tokens``. Between ticks no host page is held by a backup.
+    ``backlog_tokens`` is the number of KV tokens admitted and not yet acknowledged; it is never
+    above ``cap_tokens`` (each sidecar keeps its own backlog in units, capped the same way).
+    Between ticks no host page is held by a backup.
     """
 
     def __init__(self, parts: StageParts) -> None:
@@ -56,40 +65,89 @@ class BackupStage(Stage):
             raise InvalidRequestError(
                 f"span {span.span_id!r}: {len(hashes)} hashes but {len(device_pages)} device pages"
             )
+        sidecars = self._sidecar_units(span, hashes) if self.sidecars else {}
         tokens = len(hashes) * self.page_size
         self.metrics.add("backup_offered_tokens", tokens)
-        decision = self._decide(span, hashes, tokens)
-        self.log("backup", span.span_id, decision.value)
+        decision, component, kv_needed = self._decide(span, hashes, tokens, sidecars)
+        if component == "kv":
+            self.log("backup", span.span_id, decision.value)
+        else:
+            self.log("backup", span.span_id, decision.value, component)
         if decision is BackupDecision.ADMITTED:
             parent = span.parent_hash
             if parent is None and span.parent_id is not None:
                 parent = self.inflight_ids[span.parent_id]
-            self.fifo.append(_Intent(span, hashes, device_pages, parent, self.clock()))
-            self._hold(hashes, +1)
+            intent = _Intent(span, hashes, device_pages if kv_needed else [], parent, self.clock(), sidecars)
+            self.fifo.append(intent)
+            self._hold(intent.hashes if kv_needed else [], +1)
             self.inflight_ids[span.span_id] = hashes[-1]
-            self.backlog_tokens += tokens
+            self.backlog_tokens += intent.pages * self.page_size
+            for name, units in sidecars.items():
+                item = self.sidecars.by_name[name]
+                item.hold(units.hashes, +1)
+                item.backlog += len(units)
             self.metrics.add("backup_admitted_tokens", tokens)
         elif decision is BackupDecision.SKIPPED:
             self.metrics.add("backup_skipped_tokens", tokens)
         elif decision is BackupDecision.NOT_SELECTED:
             self.metrics.add("backup_not_selected_tokens", tokens)
         else:
-            self.metrics.drop(decision.gate or "?", tokens)
+            self.metrics.drop(decision.gate or "?", tokens, component)
         return decision
 
-    def _decide(self, span: Span, hashes: list[str], tokens: int) -> BackupDecision:
+    def _sidecar_units(self, span: Span, hashes: list[str]) -> dict[str, Units]:
+        """Per sidecar the span offers: the units its rule writes that are not believed stored or in flight."""
+        found: dict[str, Units] = {}
+        offered = span.sidecars or {}
+        unknown = set(offered) - set(self.sidecars.by_name)
+        if unknown:
+            raise InvalidRequestError(f"span {span.span_id!r}: unknown sidecar components {sorted(unknown)}")
+        for item in self.sidecars.items:
+            indices = offered.get(item.name)
+            if indices is None:
+                continue
+            positions = list(item.component.backup_positions(0, len(hashes)))
+            device = item.component.device_units(indices, len(positions), f"span {span.span_id!r}")
+            keep = [
+                i
+                for i, position in enumerate(positions)
+                if hashes[position] not in item.inflight and not self.existence.contains(item.name, hashes[position])
+            ]
+            item.row["units_offered"] += len(positions)
+            item.row["units_skipped"] += len(positions) - len(keep)
+            if keep:
+                found[item.name] = Units(
+                    [positions[i] for i in keep], [hashes[positions[i]] for i in keep], [device[i] for i in keep]
+                )
+        return found
+
+    def _kv_covered(self, hashes: list[str]) -> bool:
+        return self.existence.covers_all(self.config.pool_name, hashes, self.inflight_hashes)
+
+    def _decide(
+        self, span: Span, hashes: list[str], tokens: int, sidecars: dict[str, Units]
+    ) -> tuple[BackupDecision, str, bool]:
+        """The decision, the component whose gate made it, and whether any KV page must be written."""
         config = self.config
         if config.write_policy == "write_through_selective" and span.hit_count < config.write_through_threshold:
-            return BackupDecision.NOT_SELECTED
-        if self.existence.covers_all(config.pool_name, hashes, self.inflight_hashes):
-            return BackupDecision.SKIPPED
-        if not self._parent_covered(span):
-            return BackupDecision.DROPPED_PARENT
-        if self.backlog_tokens + tokens > self.cap_tokens:
-            return BackupDecision.DROPPED_BACKLOG
-        if tokens > self.max_budget_tokens:
-            return BackupDecision.DROPPED_OVERSIZE
-        return BackupDecision.ADMITTED
+            return BackupDecision.NOT_SELECTED, "kv", False
+        kv_needed = not self._kv_covered(hashes)
+        if not kv_needed and not sidecars:
+            return BackupDecision.SKIPPED, "kv", False
+        if kv_needed and not self._parent_covered(span):
+            return BackupDecision.DROPPED_PARENT, "kv", kv_needed
+        if kv_needed and self.backlog_tokens + tokens > self.cap_tokens:
+            return BackupDecision.DROPPED_BACKLOG, "kv", kv_needed
+        for name, units in sidecars.items():
+            item = self.sidecars.by_name[name]
+            if item.backlog + len(units) > item.cap:
+                return BackupDecision.DROPPED_BACKLOG, name, kv_needed
+        if kv_needed and tokens > self.max_budget_tokens:
+            return BackupDecision.DROPPED_OVERSIZE, "kv", kv_needed
+        for name, units in sidecars.items():
+            if len(units) > self.sidecars.by_name[name].max_budget:
+                return BackupDecision.DROPPED_OVERSIZE, name, kv_needed
+        return BackupDecision.ADMITTED, "kv", kv_needed
 
     def _parent_covered(self, span: Span) -> bool:
         if span.is_root:
@@ -115,21 +173,28 @@ class BackupStage(Stage):
         pool = self.staging.pool.size
         return max(int(0.2 * pool), pool - prefetch_occupied_tokens - pool // 10)
 
-    def flush(self, prefetch_occupied_tokens: int) -> int:
+    def flush(self, prefetch_occupied_tokens: int, prefetch_occupied_units: dict[str, int] | None = None) -> int:
         """Stage and write FIFO intents within the budget; returns the number of spans finished."""
         budget = self.budget_tokens(prefetch_occupied_tokens)
+        occupied = prefetch_occupied_units or {}
+        unit_budget = {item.name: item.budget(occupied.get(item.name, 0)) for item in self.sidecars.items}
         batch: list[tuple[_Intent, list[int]]] = []
         used = 0
         while self.fifo:
             intent = self.fifo[0]
             tokens = intent.pages * self.page_size
-            if used + tokens > budget:
+            if used + tokens > budget or any(len(u) > unit_budget[n] for n, u in intent.sidecars.items()):
                 break
             host_pages = self.staging.alloc(intent.pages, ("backup", intent.span.span_id))
             if host_pages is None:
                 break
+            if intent.sidecars and not self.sidecars.alloc(intent.sidecars, ("backup", intent.span.span_id)):
+                self.staging.release(intent.hashes[: intent.pages], host_pages, [True] * intent.pages, 0)
+                break
             self.fifo.popleft()
             used += tokens
+            for name, units in intent.sidecars.items():
+                unit_budget[name] -= len(units)
             batch.append((intent, host_pages))
         if not batch:
             return 0
@@ -140,6 +205,7 @@ class BackupStage(Stage):
             [p for intent, _ in batch for p in intent.device_pages], [p for _, pages in batch for p in pages]
         )
         handle.wait()
+        self.sidecars.to_host([intent.sidecars for intent, _ in batch])
         self.metrics.observe("device_to_host", self.clock() - now)
         self.metrics.add("bytes_device_to_host", used // self.page_size * self.page_bytes)
         for intent, host_pages in batch:
@@ -147,33 +213,58 @@ class BackupStage(Stage):
         return len(batch)
 
     def _write(self, intent: _Intent, host_pages: list[int]) -> None:
-        hashes = intent.hashes
+        hashes = intent.hashes[: intent.pages] if intent.pages else []
         owned = [True] * len(hashes)
-        if intent.parent_hash is not None and not self._hash_covered(intent.parent_hash):
+        if intent.pages and intent.parent_hash is not None and not self._hash_covered(intent.parent_hash):
             # The parent's write failed after this span was admitted: writing it would leave a hole.
             self.staging.release(hashes, host_pages, owned, 0)
+            self.sidecars.release(intent.sidecars)
             self.metrics.drop("parent", intent.pages * self.page_size)
-            self._finish(intent, "dropped_parent", 0)
+            self._finish(intent, "dropped_parent", 0, {})
             return
         begin = self.clock()
-        stored = self.storage.write_leading(hashes, host_pages)
+        side = self.sidecars.write(intent.sidecars) if intent.sidecars else {}
+        if intent.pages:
+            stored = self.storage.write_leading(hashes, host_pages)
+            self.existence.record(self.config.pool_name, hashes[:stored])
+        else:  # every KV page was already believed stored: only sidecar units were written
+            stored = len(intent.hashes)
         self.metrics.observe("write", self.clock() - begin)
-        self.existence.record(self.config.pool_name, hashes[:stored])
-        self.metrics.add("bytes_written", stored * self.page_bytes)
-        self.metrics.add("backup_stored_tokens", stored * self.page_size)
-        self.metrics.add("backup_failed_tokens", (len(hashes) - stored) * self.page_size)
-        self.staging.release(hashes, host_pages, owned, stored)
-        status = "stored" if stored == len(hashes) else ("partial" if stored else "failed")
-        self._finish(intent, status, stored)
+        written = stored if intent.pages else 0
+        self.metrics.add("bytes_written", written * self.page_bytes)
+        self.metrics.add("backup_stored_tokens", written * self.page_size)
+        self.metrics.add("backup_failed_tokens", (len(hashes) - written) * self.page_size)
+        self.staging.release(hashes, host_pages, owned, written)
+        self.sidecars.release(intent.sidecars)
+        complete = all(side.get(name, 0) == len(units) for name, units in intent.sidecars.items())
+        if stored == len(intent.hashes) and complete:
+            status = "stored"
+        elif stored or any(side.values()):
+            status = "partial"
+        else:
+            status = "failed"
+        self._finish(intent, status, stored, side)
 
-    def _finish(self, intent: _Intent, status: str, stored: int) -> None:
-        self._hold(intent.hashes, -1)
+    def _finish(self, intent: _Intent, status: str, stored: int, side: dict[str, int]) -> None:
+        self._hold(intent.hashes[: intent.pages] if intent.pages else [], -1)
         if self.inflight_ids.get(intent.span.span_id) == intent.hashes[-1]:
             del self.inflight_ids[intent.span.span_id]
         self.backlog_tokens -= intent.pages * self.page_size
-        self.results.append(BackupResult(intent.span.span_id, status, stored, intent.pages))
-        self.log("backup_done", intent.span.span_id, status, stored)
+        for name, units in intent.sidecars.items():
+            item = self.sidecars.by_name[name]
+            item.hold(units.hashes, -1)
+            item.backlog -= len(units)
+        self.results.append(BackupResult(intent.span.span_id, status, stored, len(intent.hashes), dict(side)))
+        self.log("backup_done", intent.span.span_id, status, stored, *sorted(side.items()))
 
     def pending_tokens(self) -> int:
         """Tokens of intents in the FIFO (equals ``backlog_tokens`` between ticks)."""
         return sum(intent.pages for intent in self.fifo) * self.page_size
+
+    def pending_units(self) -> dict[str, int]:
+        """Sidecar units of intents in the FIFO (equal each sidecar's backlog between ticks)."""
+        out = dict.fromkeys(self.sidecars.by_name, 0)
+        for intent in self.fifo:
+            for name, units in intent.sidecars.items():
+                out[name] += len(units)
+        return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["COUNTERS", "GAUGES", "STAGES", "PipelineMetrics"]
+__all__ = ["COMPONENT_COUNTERS", "COMPONENT_GAUGES", "COUNTERS", "GAUGES", "STAGES", "PipelineMetrics"]
 
 #: Counter name → help text (all monotonic).
 COUNTERS: dict[str, str] = {
@@ -14,6 +14,7 @@ COUNTERS: dict[str, str] = {
     "prefetch_miss_tokens": "tokens looked up and not found",
     "prefetch_staged_tokens": "tokens read into host memory and staged",
     "prefetch_read_failed_tokens": "tokens found by lookup whose read failed",
+    "prefetch_lost_tokens": "tokens whose KV was found in storage but whose prefix a sidecar could not restore",
     "prefetch_loaded_tokens": "tokens copied to the device at admission",
     "prefetch_discarded_tokens": "staged tokens released unused (abort, timeout, moved splice point)",
     "prefetch_parked": "times a prefetch waited for host slots",
@@ -52,6 +53,25 @@ STAGES: dict[str, str] = {
     "staged_wait": "staging to admission of a prefetch",
 }
 DROP_GATES = ("parent", "backlog", "oversize")
+#: Per-component counter name → help text (sidecar components; the KV pool's are the counters above).
+COMPONENT_COUNTERS: dict[str, str] = {
+    "units_offered": "units a backup offered",
+    "units_skipped": "units already believed stored or being written",
+    "units_written": "units acknowledged stored",
+    "units_write_failed": "units whose write failed",
+    "units_read": "units read from storage",
+    "units_read_failed": "units whose read failed",
+    "units_loaded": "units copied to the device at admission",
+    "bytes_device_to_host": "bytes copied device to host",
+    "bytes_host_to_device": "bytes copied host to device",
+    "bytes_written": "bytes acknowledged by storage writes",
+    "bytes_read": "bytes read from storage",
+}
+#: Per-component gauge name → help text.
+COMPONENT_GAUGES: dict[str, str] = {
+    "backlog_units": "units admitted for backup and not yet acknowledged",
+    "host_used_units": "host units allocated",
+}
 
 
 class PipelineMetrics:
@@ -61,15 +81,28 @@ class PipelineMetrics:
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.dropped_tokens: dict[str, int] = dict.fromkeys(DROP_GATES, 0)
         self.gauges: dict[str, int] = dict.fromkeys(GAUGES, 0)
+        #: (gate, component) → tokens of the spans that component's gate dropped.
+        self.dropped_by_component: dict[tuple[str, str], int] = {}
+        #: component → counters (:data:`COMPONENT_COUNTERS`) and gauges (:data:`COMPONENT_GAUGES`).
+        self.components: dict[str, dict[str, int]] = {}
         self._latency: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
 
     def add(self, name: str, amount: int = 1) -> None:
         """Increase a counter (names in :data:`COUNTERS`)."""
         self.counters[name] += amount
 
-    def drop(self, gate: str, tokens: int) -> None:
-        """Count tokens dropped by an admission gate."""
+    def drop(self, gate: str, tokens: int, component: str = "kv") -> None:
+        """Count tokens dropped by an admission gate, and which component's gate it was."""
         self.dropped_tokens[gate] += tokens
+        key = (gate, component)
+        self.dropped_by_component[key] = self.dropped_by_component.get(key, 0) + tokens
+
+    def add_component(self, component: str) -> dict[str, int]:
+        """Register a sidecar component's counters and gauges (zero); returns its row."""
+        row = self.components.get(component)
+        if row is None:
+            row = self.components[component] = dict.fromkeys([*COMPONENT_COUNTERS, *COMPONENT_GAUGES], 0)
+        return row
 
     def observe(self, stage: str, seconds: float) -> None:
         """Record one latency sample for ``stage``."""
@@ -83,6 +116,10 @@ class PipelineMetrics:
         out: dict[str, Any] = dict(self.counters)
         out.update(self.gauges)
         out["backup_dropped_tokens"] = dict(self.dropped_tokens)
+        out["backup_dropped_by_component"] = {
+            f"{gate}/{component}": tokens for (gate, component), tokens in sorted(self.dropped_by_component.items())
+        }
+        out["components"] = {name: dict(row) for name, row in self.components.items()}
         out["latency"] = {
             stage: {"count": int(row[0]), "sum_s": row[1], "max_s": row[2]}
             for stage, row in ((s, self._latency[s]) for s in STAGES)
@@ -104,6 +141,19 @@ class PipelineMetrics:
         metric = f"{prefix}_backup_dropped_tokens_total"
         lines += [f"# HELP {metric} backup tokens dropped, by admission gate", f"# TYPE {metric} counter"]
         lines += [f"{metric}{lbl(_pair('gate', gate))} {count}" for gate, count in self.dropped_tokens.items()]
+        metric = f"{prefix}_backup_dropped_component_tokens_total"
+        lines += [f"# HELP {metric} backup tokens dropped, by gate and the component whose gate it was"]
+        lines += [f"# TYPE {metric} counter"]
+        for (gate, component), tokens in sorted(self.dropped_by_component.items()):
+            lines.append(f"{metric}{lbl(_pair('gate', gate) + ',' + _pair('component', component))} {tokens}")
+        for name, text in COMPONENT_COUNTERS.items():
+            metric = f"{prefix}_component_{name}_total"
+            lines += [f"# HELP {metric} {text}, per component", f"# TYPE {metric} counter"]
+            lines += [f"{metric}{lbl(_pair('component', c))} {row[name]}" for c, row in self.components.items()]
+        for name, text in COMPONENT_GAUGES.items():
+            metric = f"{prefix}_component_{name}"
+            lines += [f"# HELP {metric} {text}, per component", f"# TYPE {metric} gauge"]
+            lines += [f"{metric}{lbl(_pair('component', c))} {row[name]}" for c, row in self.components.items()]
         for name, text in GAUGES.items():
             metric = f"{prefix}_{name}"
             lines += [f"# HELP {metric} {text}", f"# TYPE {metric} gauge", f"{metric}{lbl()} {self.gauges[name]}"]

@@ -10,9 +10,11 @@ from .config import PipelineConfig
 from .copy_engine import CopyEngine
 from .device_pool import DeviceKVPool
 from .existence import StorageExistenceCache
+from .lockstep import RankSync
 from .metrics import PipelineMetrics
+from .sidecars import Sidecars
 from .staging import HostStaging
-from .storage_calls import StorageCalls
+from .storage_calls import MultiPoolCalls
 
 __all__ = ["Stage", "StageParts"]
 
@@ -25,11 +27,13 @@ class StageParts:
     device_pool: DeviceKVPool
     staging: HostStaging
     copier: CopyEngine
-    storage: StorageCalls
+    storage: MultiPoolCalls
     existence: StorageExistenceCache
     metrics: PipelineMetrics
     clock: Callable[[], float]
     log: Callable[..., Any]
+    sidecars: Sidecars
+    rank_sync: RankSync | None = None
 
 
 class Stage:
@@ -45,5 +49,7 @@ class Stage:
         self.metrics = parts.metrics
         self.clock = parts.clock
         self.log = parts.log
+        self.sidecars = parts.sidecars
+        self.rank_sync = parts.rank_sync
         self.page_size = parts.device_pool.page_size
         self.page_bytes = parts.device_pool.bytes_per_page

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..config import HiCacheStorageConfig, make_config
@@ -13,15 +13,18 @@ from ..host_pool import HostKVPool
 from ..interface import HiCacheStorage
 from .backup import BackupStage
 from .buffer_cache import BufferPageCache
+from .components import Component, KVComponent, PoolSet
 from .config import PipelineConfig
 from .copy_engine import CopyEngine
 from .device_pool import DeviceKVPool
 from .existence import StorageExistenceCache
+from .lockstep import RankSync
 from .metrics import PipelineMetrics
 from .parts import StageParts
 from .prefetch import PrefetchStage
+from .sidecars import Sidecar, Sidecars
 from .staging import HostStaging
-from .storage_calls import StorageCalls
+from .storage_calls import MultiPoolCalls
 from .types import Admission, BackupDecision, BackupResult, PrefetchRequest, PrefetchState, PrefetchStatus, Span
 
 __all__ = ["BufferOnlyPipeline", "InvariantViolation"]
@@ -41,21 +44,28 @@ class BufferOnlyPipeline:
     storage fault: faults degrade to misses and failed writes. Decisions depend only on the calls
     made, their order and storage's answers, so ranks fed the same events decide alike.
 
+    ``device_pool`` is the device KV pool, or a :class:`~hicache_storage.pipeline.components.PoolSet`
+    of the KV pool and sidecar components (SWA window KV, Mamba state, ...) that move with it.
     ``storage`` is any :class:`HiCacheStorage`; without one, ``config.storage_backend`` is loaded
     from the registry with ``storage_config`` (default: :func:`make_config` with
-    ``config.storage_options``). The host pool is registered with the backend. ``clock`` times
-    the per-stage latency metrics.
+    ``config.storage_options``). The host pools (``host_pool`` for KV, ``host_pools`` by sidecar
+    name; by default ``host_to_device_ratio`` x each device pool) are registered with the
+    backend, sidecars with ``register_mem_host_pool_v2``. Each host arena must fit two minimum
+    transfers of its component, else :class:`ConfigError`. ``clock`` times the per-stage latency
+    metrics; ``rank_sync`` is the collective lockstep ranks agree through (see :mod:`.lockstep`).
     """
 
     def __init__(
         self,
         config: PipelineConfig,
-        device_pool: DeviceKVPool,
+        device_pool: DeviceKVPool | PoolSet,
         storage: HiCacheStorage | None = None,
         *,
         host_pool: HostKVPool | None = None,
+        host_pools: Mapping[str, Any] | None = None,
         storage_config: HiCacheStorageConfig | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        rank_sync: RankSync | None = None,
     ) -> None:
         if config.host_memory_mode != "buffer_only":
             raise ConfigError(
@@ -70,11 +80,26 @@ class BufferOnlyPipeline:
             storage = load_backend(
                 config.storage_backend, storage_config or make_config(extra_config=config.storage_options)
             )
+        pools = PoolSet.of(device_pool)
+        device_pool = pools.kv
+        self.kv = KVComponent(device_pool, config.pool_name)
         if host_pool is None:
             host_pool = device_pool.host_pool(config.host_pages_for(device_pool.page_num))
+        sidecar_hosts = {
+            c.name: (host_pools or {}).get(c.name) or c.make_host_pool(c.host_units_for(config.ratio))
+            for c in pools.sidecars
+        }
+        _check_arena(self.kv, host_pool)
+        for component in pools.sidecars:
+            _check_arena(component, sidecar_hosts[component.name])
         if storage.mem_pool_host is not host_pool:
             storage.register_mem_pool_host(host_pool)
+        if pools.sidecars:
+            for name, pool in sidecar_hosts.items():
+                storage.register_mem_host_pool_v2(pool, name)
+            storage.on_host_pools_registered()
         self.config = config
+        self.pools = pools
         self.device_pool = device_pool
         self.host_pool = host_pool
         self.storage = storage
@@ -86,7 +111,14 @@ class BufferOnlyPipeline:
         self.buffer_cache = BufferPageCache() if config.retain_staged_pages else None
         self.staging = HostStaging(host_pool, self.buffer_cache, self._metrics)
         self.copier = CopyEngine(device_pool, host_pool)
-        self.storage_calls = StorageCalls(storage, host_pool.page_size, config.storage_batch_pages)
+        self.storage_calls = MultiPoolCalls(storage, host_pool.page_size, config.storage_batch_pages)
+        cap = config.backlog_cap_for(device_pool.size) / device_pool.size
+        self.sidecars = Sidecars(
+            [Sidecar(c, sidecar_hosts[c.name], self._metrics, cap) for c in pools.sidecars],
+            self.storage_calls,
+            self.existence,
+            self._metrics,
+        )
         parts = StageParts(
             config,
             device_pool,
@@ -97,6 +129,8 @@ class BufferOnlyPipeline:
             self._metrics,
             clock,
             self._log,
+            self.sidecars,
+            rank_sync,
         )
         self._backup = BackupStage(parts)
         self._prefetch = PrefetchStage(parts)
@@ -115,7 +149,7 @@ class BufferOnlyPipeline:
         self.ticks += 1
         self._metrics.add("ticks")
         self._prefetch.run(self.ticks)
-        self._backup.flush(self._prefetch.occupied_tokens())
+        self._backup.flush(self._prefetch.occupied_tokens(), self._prefetch.occupied_units())
         self._refresh_gauges()
 
     def admit(self, request_id: str, splice_point: int) -> Admission:
@@ -145,6 +179,16 @@ class BufferOnlyPipeline:
         """Counters, drops by gate, gauges and latencies (``as_dict()``, ``prometheus_text()``)."""
         self._refresh_gauges()
         return self._metrics
+
+    @property
+    def host_pools(self) -> dict[str, Any]:
+        """Host pool of each component by name (the KV pool's under ``config.pool_name``)."""
+        return {self.kv.name: self.host_pool, **{item.name: item.host_pool for item in self.sidecars.items}}
+
+    @property
+    def components(self) -> list[Component]:
+        """The KV component, then the sidecars."""
+        return [self.kv, *self.pools.sidecars]
 
     @property
     def backlog_tokens(self) -> int:
@@ -231,6 +275,35 @@ class BufferOnlyPipeline:
         staged = [load for load in self._prefetch.active.values() if load.state is PrefetchState.STAGED]
         if any(not load.pages for load in staged):
             raise InvariantViolation("a staged prefetch holds no pages")
+        self._check_sidecars()
+
+    def _check_sidecars(self) -> None:
+        """Every sidecar host unit is held by one live operation under its owner tag; backlogs add up."""
+        pending = self._backup.pending_units()
+        holders = [(load.owner, load.sidecars) for load in self._prefetch.active.values()]
+        holders += [(copy.owner, copy.sidecars) for copy in self._prefetch.copies]
+        for item in self.sidecars.items:
+            expected: dict[int, object] = {}
+            for owner, parts in holders:
+                for unit in parts[item.name].host if item.name in parts else ():
+                    if unit in expected:
+                        raise InvariantViolation(f"{item.name} unit {unit} is held by {expected[unit]!r} and {owner!r}")
+                    expected[unit] = owner
+            actual = dict(item.staging.owners)
+            pool_owners = getattr(item.host_pool, "owners", None)
+            if callable(pool_owners) and pool_owners() != actual:
+                raise InvariantViolation(f"{item.name}: the host pool's owners differ from the units handed out")
+            if actual != expected or item.staging.used != len(actual):
+                leaked = sorted(set(actual) - set(expected))
+                lost = sorted(set(expected) - set(actual))
+                raise InvariantViolation(
+                    f"{item.name} host units leaked {leaked[:8]}, freed while held {lost[:8]}; "
+                    f"pool reports {item.staging.used} used, {len(actual)} handed out"
+                )
+            if item.backlog != pending[item.name] or not 0 <= item.backlog <= item.cap:
+                raise InvariantViolation(f"{item.name} backlog {item.backlog} units but {pending[item.name]} queued")
+            if not self._backup.fifo and item.inflight:
+                raise InvariantViolation(f"{item.name}: in-flight write records remain with no backup queued")
 
     # ------------------------------------------------------------ internals
     def _log(self, *entry: Any) -> None:
@@ -245,9 +318,25 @@ class BufferOnlyPipeline:
         gauges["staged_prefetches"] = sum(1 for load in active if load.state is PrefetchState.STAGED)
         gauges["parked_prefetches"] = len(self._prefetch.parked)
         gauges["retained_pages"] = len(self.buffer_cache) if self.buffer_cache is not None else 0
+        self.sidecars.refresh_gauges()
 
     def __repr__(self) -> str:
+        sidecars = ", ".join(item.name for item in self.sidecars.items)
         return (
             f"BufferOnlyPipeline(device={self.device_pool!r}, host={self.host_pool!r}, "
-            f"storage={type(self.storage).__name__}, backlog={self.backlog_tokens} tokens)"
+            f"sidecars=[{sidecars}], storage={type(self.storage).__name__}, backlog={self.backlog_tokens} tokens)"
+        )
+
+
+def _check_arena(component: Component, host_pool: Any) -> None:
+    """Raise :class:`ConfigError` unless ``host_pool`` fits two minimum transfers of ``component``."""
+    units = int(host_pool.size) // component.unit_tokens
+    need = 2 * component.min_transfer_units()
+    if units < need:
+        size = component.unit_bytes
+        raise ConfigError(
+            f"component {component.name!r}",
+            f"host arena of {units} units ({units * size:,} bytes) cannot fit two minimum transfers of "
+            f"{component.min_transfer_units()} units ({component.min_transfer_units() * size:,} bytes each); "
+            "raise host_to_device_ratio or pass a larger host pool",
         )

@@ -1,4 +1,11 @@
-"""Load-back path: lookup, host allocation (or parking), read, staging, admission to the device."""
+"""Load-back path: lookup, host allocation (or parking), read, staging, admission to the device.
+
+With sidecar components a prefix is restorable only where KV and every gating sidecar can be
+restored: the lookup asks ``batch_exists_v2`` for the restorable prefix lengths (and ranks agree
+on their intersection through the :class:`~hicache_storage.pipeline.lockstep.RankSync`), host
+units of every component are allocated together, the reads fall back to a shorter restorable
+prefix when a read comes back short, and admission copies every component to the device or none.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +18,14 @@ from ..errors import InvalidRequestError
 from .buffer_cache import BufferPageCache
 from .copy_engine import CopyHandle
 from .parts import Stage, StageParts
+from .sidecars import Units
 from .types import Admission, PrefetchRequest, PrefetchState, PrefetchStatus
 
 __all__ = ["PrefetchStage"]
 
 _FINISHED_KEPT = 16384
+#: Shorter restorable prefixes tried after a sidecar read comes back short.
+_SIDECAR_FALLBACKS = 2
 
 
 @dataclass
@@ -25,9 +35,12 @@ class _Load:
     state: PrefetchState
     since_tick: int
     hit_pages: int = 0
+    kv_pages: int = 0  # KV pages found beyond the splice point (>= hit_pages)
+    restorable: list[int] = field(default_factory=list)  # agreed restorable prefix ends (absolute pages)
     hashes: list[str] = field(default_factory=list)  # pages held, in chain order
     pages: list[int] = field(default_factory=list)  # host page of each
     owned: list[bool] = field(default_factory=list)  # allocated by this load (else a retained reference)
+    sidecars: dict[str, Units] = field(default_factory=dict)  # units held for the prefix end
     staged_at: float = 0.0
 
     @property
@@ -42,6 +55,16 @@ class _Copy:
     pages: list[int]
     owned: list[bool]
     owner: tuple[str, str]
+    sidecars: dict[str, Units] = field(default_factory=dict)
+    handles: list[CopyHandle] = field(default_factory=list)
+
+    def done(self, wait: bool) -> bool:
+        for handle in (self.handle, *self.handles):
+            if wait:
+                handle.wait()
+            if not handle.done():
+                return False
+        return True
 
 
 class PrefetchStage(Stage):
@@ -87,7 +110,8 @@ class PrefetchStage(Stage):
         If the device prefix grew since the prefetch, the staged pages it now covers are dropped;
         if it shrank, none of the staged pages attaches to it and all are dropped. A prefetch not
         yet staged is cancelled. Device pages come from the device pool (owner ``request_id``);
-        when it is short of pages the load is trimmed to what fits.
+        when it is short of pages the load is trimmed to what fits. With sidecars the load is all
+        or nothing: the KV pages up to the staged prefix end and every sidecar's units, or none.
         """
         new_start = self._splice_pages(splice_point)
         empty = Admission(request_id, splice_point, (), torch.empty(0, dtype=torch.int64))
@@ -100,6 +124,16 @@ class PrefetchStage(Stage):
             return empty
         skip = new_start - load.start
         use = 0 if skip < 0 else max(0, len(load.pages) - skip)
+        side_devices: dict[str, torch.Tensor] = {}
+        if load.sidecars:
+            fits = 0 <= skip <= len(load.pages) and use <= self.device_pool.free_pages
+            taken = self._alloc_sidecar_devices(load, request_id) if fits else None
+            if taken is None:  # every component or none
+                use = 0
+                self.sidecars.release(load.sidecars)
+                load.sidecars = {}
+            else:
+                side_devices = taken
         use = min(use, self.device_pool.free_pages)
         first = max(skip, 0)
         device_tokens = self.device_pool.alloc(use * self.page_size, owner=request_id)
@@ -109,6 +143,7 @@ class PrefetchStage(Stage):
         self.metrics.observe("staged_wait", now - load.staged_at)
         keep = range(first, first + use)
         handle = self.copier.host_to_device([load.pages[i] for i in keep], device_pages)
+        side_handles = self.sidecars.to_device(load.sidecars) if load.sidecars else []
         self.metrics.observe("host_to_device", self.clock() - now)
         self.copies.append(
             _Copy(
@@ -117,6 +152,8 @@ class PrefetchStage(Stage):
                 [load.pages[i] for i in keep],
                 [load.owned[i] for i in keep],
                 load.owner,
+                load.sidecars,
+                side_handles,
             )
         )
         loaded_hashes = tuple(load.hashes[i] for i in keep)
@@ -130,10 +167,25 @@ class PrefetchStage(Stage):
         self.metrics.add("prefetch_loaded_tokens", use * self.page_size)
         self.metrics.add("prefetch_discarded_tokens", len(discard) * self.page_size)
         self.metrics.add("bytes_host_to_device", use * self.page_bytes)
-        load.hashes, load.pages, load.owned = [], [], []
+        load.hashes, load.pages, load.owned, load.sidecars = [], [], [], {}
         self._end(load, PrefetchState.ADMITTED)
-        self.log("admit", request_id, use)
-        return Admission(request_id, splice_point, loaded_hashes, device_tokens, handle.event)
+        self.log("admit", request_id, use, *sorted(side_devices))
+        return Admission(request_id, splice_point, loaded_hashes, device_tokens, handle.event, side_devices)
+
+    def _alloc_sidecar_devices(self, load: _Load, request_id: str) -> dict[str, torch.Tensor] | None:
+        """Device units for every staged sidecar part (owner ``request_id``), or ``None`` (none kept)."""
+        taken: list[tuple[str, torch.Tensor]] = []
+        for name, units in load.sidecars.items():
+            component = self.sidecars.by_name[name].component
+            tokens = component.device.alloc(len(units) * component.unit_tokens, owner=request_id)
+            if tokens is None:
+                for undo_name, undo in taken:
+                    self.sidecars.by_name[undo_name].component.device.free(undo)
+                return None
+            taken.append((name, tokens))
+            step = component.unit_tokens
+            units.device = tokens[::step].div(step, rounding_mode="floor").tolist()
+        return dict(taken)
 
     def abort(self, request_id: str) -> bool:
         """Release everything a prefetch holds; ``False`` if it is not in progress."""
@@ -169,10 +221,9 @@ class PrefetchStage(Stage):
         """Release host pages of host→device copies that have landed (all of them when ``wait``)."""
         pending: list[_Copy] = []
         for copy in self.copies:
-            if wait:
-                copy.handle.wait()
-            if copy.handle.done():
+            if copy.done(wait):
                 self.staging.release(copy.hashes, copy.pages, copy.owned, len(copy.pages))
+                self.sidecars.release(copy.sidecars)
             else:
                 pending.append(copy)
         self.copies = pending
@@ -189,6 +240,11 @@ class PrefetchStage(Stage):
         pages += sum(len(copy.pages) for copy in self.copies)
         return pages * self.page_size
 
+    def occupied_units(self) -> dict[str, int]:
+        """Host units per sidecar held by loads and copies in flight."""
+        holders = [load.sidecars for load in self.active.values()] + [copy.sidecars for copy in self.copies]
+        return self.sidecars.occupied(holders)
+
     @property
     def busy(self) -> bool:
         """Whether lookups, parked requests or copies are pending (staged prefetches aside)."""
@@ -203,18 +259,45 @@ class PrefetchStage(Stage):
 
     # ------------------------------------------------------------ steps
     def _lookup(self, load: _Load) -> None:
-        keys = list(load.request.hashes[load.start :])[: self.staging.pool.page_num]
+        cap = self.staging.pool.page_num
+        hashes = load.request.hashes
+        keys = list(hashes[load.start :])[:cap]
         begin = self.clock()
-        hit = self.storage.leading_hits(keys)
+        if self.sidecars:
+            hit, kv_found = self._lookup_pools(load, cap)
+        else:
+            hit = kv_found = self.storage.leading_hits(keys)
+            if hit < len(keys):
+                self.existence.invalidate_beyond(self.config.pool_name, keys, hit)
         self.metrics.observe("exists", self.clock() - begin)
-        if hit < len(keys):
-            self.existence.invalidate_beyond(self.config.pool_name, keys, hit)
-        load.hit_pages = hit
+        load.hit_pages, load.kv_pages = hit, kv_found
         self.metrics.add("prefetch_hit_tokens", hit * self.page_size)
         self.metrics.add("prefetch_miss_tokens", (len(keys) - hit) * self.page_size)
+        self.metrics.add("prefetch_lost_tokens", (kv_found - hit) * self.page_size)
         self.log("lookup", load.request.request_id, hit)
         if hit == 0:
             self._end(load, PrefetchState.MISS)
+
+    def _lookup_pools(self, load: _Load, cap: int) -> tuple[int, int]:
+        """Multi-pool lookup: (hit pages, KV pages found) beyond the splice point; sets ``load.restorable``."""
+        start = load.start
+        hashes = load.request.hashes
+        offset = max(0, start - self.sidecars.overlap)
+        keys = list(hashes[offset : start + cap])
+        found = self.storage.restorable(keys, self.sidecars.lookup_pools, offset=offset, after=start)
+        lengths = frozenset(found.lengths)
+        if self.rank_sync is not None:
+            lengths = self.rank_sync.agree(load.request.request_id, "query", lengths)
+        load.restorable = sorted(length for length in lengths if start < length <= start + cap)
+        kv_end = min(found.kv_end, start + cap)
+        if kv_end < min(len(hashes), start + cap):
+            self.existence.invalidate_beyond(self.config.pool_name, list(hashes[start : start + cap]), kv_end - start)
+        for item in self.sidecars.items:  # a sidecar missing where the KV run ends: forget its beliefs there
+            if found.boundaries.get(item.name, 0) < kv_end:
+                positions = item.component.restore_positions(start, kv_end)
+                self.existence.invalidate_beyond(item.name, [hashes[p] for p in positions], 0)
+        end = load.restorable[-1] if load.restorable else start
+        return end - start, max(0, kv_end - start)
 
     def _try_stage(self, load: _Load) -> bool:
         """Allocate host pages for the hit and read it; ``False`` (nothing held) if memory is short."""
@@ -226,6 +309,10 @@ class PrefetchStage(Stage):
                 if page is not None:
                     refs[position] = page
         fresh = self.staging.alloc(len(hashes) - len(refs), load.owner)
+        side = self.sidecars.plan_restore(load.request.hashes, load.start, load.start + load.hit_pages)
+        if fresh is not None and side and not self.sidecars.alloc(side, load.owner):
+            self.staging.release(hashes[: len(fresh)], fresh, [True] * len(fresh), 0)
+            fresh = None
         if fresh is None:
             for position in refs:
                 assert self.retained is not None
@@ -238,13 +325,16 @@ class PrefetchStage(Stage):
         begin = self.clock()
         read_positions = [i for i in range(len(hashes)) if owned[i]]
         read = self.storage.read_leading([hashes[i] for i in read_positions], [pages[i] for i in read_positions])
-        self.metrics.observe("read", self.clock() - begin)
         usable = read_positions[read] if read < len(read_positions) else len(hashes)
+        if read < len(read_positions):
+            self.existence.invalidate_beyond(self.config.pool_name, hashes, usable)
+        if side:
+            usable = self._stage_sidecars(load, side, usable)
+        self.metrics.observe("read", self.clock() - begin)
         self.metrics.add("bytes_read", read * self.page_bytes)
         self.metrics.add("retained_hit_pages", sum(1 for i in range(usable) if not owned[i]))
         if usable < len(hashes):
             self.metrics.add("prefetch_read_failed_tokens", (len(hashes) - usable) * self.page_size)
-            self.existence.invalidate_beyond(self.config.pool_name, hashes, usable)
             self.staging.release(hashes[usable:], pages[usable:], owned[usable:], 0)
             del load.hashes[usable:], load.pages[usable:], load.owned[usable:]
         self.log("stage", load.request.request_id, usable)
@@ -257,6 +347,44 @@ class PrefetchStage(Stage):
         self.metrics.add("prefetch_staged_tokens", usable * self.page_size)
         self.events.append(self._status(load))
         return True
+
+    def _stage_sidecars(self, load: _Load, side: dict[str, Units], usable: int) -> int:
+        """Read the sidecar units for the longest restorable prefix the KV read allows; KV pages usable.
+
+        A short sidecar read falls back to the next shorter restorable prefix (its units read
+        afresh into the same host units) at most ``_SIDECAR_FALLBACKS`` times; then nothing is
+        usable. Ranks then agree on the prefix end they all staged.
+        """
+        start = load.start
+        candidates = [end for end in load.restorable if end <= start + usable]
+        end = start
+        for _ in range(1 + _SIDECAR_FALLBACKS):
+            if not candidates:
+                break
+            target = candidates.pop()
+            if target != start + load.hit_pages:
+                side = self._replan(load, side, target)
+            if self.sidecars.read(side):
+                end = target
+                break
+        if self.rank_sync is not None:
+            agreed = self.rank_sync.agree(load.request.request_id, "read", frozenset({end} if end > start else ()))
+            end = end if end in agreed else start
+        if end == start:
+            self.sidecars.release(side)
+            load.sidecars = {}
+            return 0
+        load.sidecars = side
+        return end - start
+
+    def _replan(self, load: _Load, side: dict[str, Units], end: int) -> dict[str, Units]:
+        """The sidecar units for prefix ``end``, reusing the host units already held (never more are needed)."""
+        plan = self.sidecars.plan_restore(load.request.hashes, load.start, end)
+        for name, units in plan.items():
+            held = side[name].host
+            units.host, spare = held[: len(units)], held[len(units) :]
+            self.sidecars.by_name[name].staging.release(spare)
+        return plan
 
     def _park(self, load: _Load) -> None:
         load.state = PrefetchState.PARKED
@@ -277,7 +405,8 @@ class PrefetchStage(Stage):
     def _discard(self, load: _Load, state: PrefetchState) -> None:
         self.metrics.add("prefetch_discarded_tokens", len(load.pages) * self.page_size)
         self.staging.release(load.hashes, load.pages, load.owned, len(load.pages))
-        load.hashes, load.pages, load.owned = [], [], []
+        self.sidecars.release(load.sidecars)
+        load.hashes, load.pages, load.owned, load.sidecars = [], [], [], {}
         if load.state is PrefetchState.PARKED:
             self.parked.remove(load)
         self._end(load, state)
@@ -293,7 +422,7 @@ class PrefetchStage(Stage):
         self.events.append(status)
 
     def _status(self, load: _Load) -> PrefetchStatus:
-        return PrefetchStatus(load.request.request_id, load.state, load.hit_pages, len(load.pages))
+        return PrefetchStatus(load.request.request_id, load.state, load.hit_pages, len(load.pages), load.kv_pages)
 
     def _splice_pages(self, splice_point: int) -> int:
         if isinstance(splice_point, bool) or not isinstance(splice_point, int) or splice_point < 0:

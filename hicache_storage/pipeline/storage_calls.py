@@ -7,12 +7,14 @@ batch calls must not raise) counts as a miss or a failed write and is counted in
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..interface import HiCacheStorage
+from ..pools import PoolHitPolicy, PoolName, PoolTransfer, pool_name_str
 from .staging import token_indices
 
-__all__ = ["StorageCalls"]
+__all__ = ["LookupPool", "MultiPoolCalls", "PoolPart", "Restorable", "StorageCalls"]
 
 
 class StorageCalls:
@@ -65,3 +67,135 @@ class StorageCalls:
                     return done
                 done += 1
         return done
+
+
+@dataclass(frozen=True)
+class PoolPart:
+    """One sidecar pool's share of a v2 transfer: its pool name, slots per unit, keys and host units."""
+
+    name: str
+    unit_tokens: int
+    hashes: Sequence[str]
+    units: Sequence[int]
+
+
+@dataclass(frozen=True)
+class LookupPool:
+    """A sidecar pool as ``batch_exists_v2`` asks about it: its name, hit policy and window."""
+
+    name: str
+    policy: PoolHitPolicy
+    window: int
+
+
+@dataclass(frozen=True)
+class Restorable:
+    """What a multi-pool lookup found: all positions absolute (pages from the chain's start).
+
+    ``kv_end``: end of the leading run of stored KV pages; ``lengths``: restorable prefix ends
+    (ascending); ``boundaries``: each sidecar pool's own boundary (0 when it reported none).
+    """
+
+    kv_end: int
+    lengths: list[int]
+    boundaries: dict[str, int]
+
+
+class MultiPoolCalls(StorageCalls):
+    """:class:`StorageCalls` plus the v2 calls: sidecar writes and reads, and multi-pool lookups.
+
+    Like the v1 calls, no method raises for a backend fault: a call that raises, or answers with
+    something that is not the contract's shape, counts in ``errors`` and means misses / failures.
+    """
+
+    def restorable(self, hashes: Sequence[str], pools: Sequence[LookupPool], *, offset: int, after: int) -> Restorable:
+        """Restorable prefixes of ``hashes`` (which start at chain position ``offset``) that end beyond ``after``.
+
+        ``batch_exists_v2`` is asked in batches of at most ``batch_pages`` new pages; each batch
+        repeats the ``window - 1`` pages before it so every trailing window it judges lies inside
+        the call. Stops at the first batch whose KV run comes up short.
+        """
+        overlap = max((pool.window - 1 for pool in pools if pool.policy is PoolHitPolicy.TRAILING_PAGES), default=0)
+        lengths: list[int] = []
+        boundaries = dict.fromkeys((pool.name for pool in pools), 0)
+        begin = max(0, after - offset)  # first page whose prefix end is new
+        kv_end = offset + begin
+        while begin < len(hashes):
+            low = max(0, begin - overlap)
+            chunk = list(hashes[low : begin + self.batch_pages])
+            transfers = [PoolTransfer(pool.name, keys=chunk[-pool.window :], hit_policy=pool.policy) for pool in pools]
+            try:
+                result = self.storage.batch_exists_v2(chunk, transfers)
+                kv_run, found, hits = _exists_result(result, len(chunk))
+            except Exception:
+                self.errors += 1
+                break
+            base = offset + low
+            lengths.extend(base + length for length in found if low + length > begin)
+            for pool in pools:
+                hit = hits.get(pool.name, 0)
+                if hit:
+                    boundaries[pool.name] = max(boundaries[pool.name], base + hit)
+            kv_end = max(kv_end, base + kv_run)
+            if kv_run < len(chunk):
+                break
+            begin = low + len(chunk)
+        return Restorable(kv_end, sorted(set(lengths)), boundaries)
+
+    def write_units(self, parts: Sequence[PoolPart]) -> dict[str, list[bool]]:
+        """Write sidecar units from host (``batch_set_v2``, all pools in one call per batch); flags per pool."""
+        return self._move_units(self.storage.batch_set_v2, parts)
+
+    def read_units(self, parts: Sequence[PoolPart]) -> dict[str, list[bool]]:
+        """Read sidecar units into host (``batch_get_v2``); flags per pool (``False`` = failed)."""
+        return self._move_units(self.storage.batch_get_v2, parts)
+
+    def _move_units(self, call: Callable[..., Any], parts: Sequence[PoolPart]) -> dict[str, list[bool]]:
+        out: dict[str, list[bool]] = {part.name: [] for part in parts}
+        longest = max((len(part.hashes) for part in parts), default=0)
+        for begin in range(0, longest, self.batch_pages):
+            batch = [part for part in parts if len(part.hashes) > begin]
+            transfers = [
+                PoolTransfer(
+                    part.name,
+                    host_indices=token_indices(part.units[begin : begin + self.batch_pages], part.unit_tokens),
+                    keys=list(part.hashes[begin : begin + self.batch_pages]),
+                )
+                for part in batch
+            ]
+            try:
+                results = call(transfers)
+                if not isinstance(results, dict):
+                    raise TypeError(f"expected a dict of results, got {type(results).__name__}")
+            except Exception:
+                self.errors += 1
+                results = {}
+            for part, transfer in zip(batch, transfers, strict=True):
+                flags = _flags(results, part.name, len(transfer.keys or ()))
+                if flags is None:
+                    self.errors += 1
+                    flags = [False] * len(transfer.keys or ())
+                out[part.name].extend(flags)
+        return out
+
+
+def _flags(results: dict[Any, Any], name: str, count: int) -> list[bool] | None:
+    flags = results.get(name)
+    if not isinstance(flags, list) or len(flags) != count:
+        return None
+    return [flag is True for flag in flags]
+
+
+def _exists_result(result: Any, keys: int) -> tuple[int, list[int], dict[str, int]]:
+    """(KV run, restorable lengths, pool boundaries) of a ``PoolTransferResult``; raises on a malformed one."""
+    kv_hit = result.kv_hit_pages
+    hits = result.extra_pool_hit_pages or {}
+    found = result.restorable_prefix_pages
+    if isinstance(kv_hit, bool) or not isinstance(kv_hit, int) or not 0 <= kv_hit <= keys:
+        raise TypeError(f"kv_hit_pages {kv_hit!r} is not a page count of {keys} keys")
+    if found is None:  # a backend without sparse boundaries: a contiguous prefix
+        found = list(range(1, kv_hit + 1))
+    lengths = [int(n) for n in found if 0 < int(n) <= keys]
+    kv_run = int(hits.get(PoolName.KV.value, kv_hit))  # the KV pool is named only with a non-zero run
+    kv_run = min(max(kv_run, max(lengths, default=0)), keys)
+    return kv_run, lengths, {pool_name_str(k): int(v) for k, v in hits.items()}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,10 @@ class Span:
     holding them (``len(hashes) * page_size`` entries, page aligned). The parent is the span whose
     last page precedes this one: ``parent_id`` and/or ``parent_hash`` (its last page hash); both
     ``None`` means the span starts at the root. ``hit_count`` feeds ``write_through_selective``.
-    The device slots must stay valid until the span's :class:`BackupResult` is polled.
+    ``sidecars`` maps a sidecar component's name to the device slot indices of the units its rule
+    backs up (an SWA component: the span's trailing window pages, or all the span's pages; a
+    Mamba component: the one state slot at the span's end); a sidecar left out is not backed up
+    for this span. The device slots must stay valid until the span's :class:`BackupResult` is polled.
     """
 
     span_id: int | str
@@ -37,6 +40,7 @@ class Span:
     parent_id: int | str | None = None
     parent_hash: str | None = None
     hit_count: int = 0
+    sidecars: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def is_root(self) -> bool:
@@ -62,16 +66,18 @@ class BackupDecision(str, enum.Enum):
 
 @dataclass(frozen=True)
 class BackupResult:
-    """Outcome of an admitted span: ``stored_pages`` is the leading run really stored.
+    """Outcome of an admitted span: ``stored_pages`` is the leading run of KV pages stored.
 
-    ``status`` is ``stored`` (all pages), ``partial``, ``failed`` (none) or ``dropped_parent``
-    (its parent's write failed before this span was launched).
+    ``status`` is ``stored`` (every KV page and every sidecar unit), ``partial``, ``failed``
+    (nothing) or ``dropped_parent`` (its parent's write failed before this span was launched).
+    ``components``: sidecar units stored, per sidecar written for this span.
     """
 
     span_id: int | str
     status: str
     stored_pages: int
     pages: int
+    components: dict[str, int] = field(default_factory=dict)
 
 
 class PrefetchState(str, enum.Enum):
@@ -107,12 +113,17 @@ class PrefetchRequest:
 
 @dataclass(frozen=True)
 class PrefetchStatus:
-    """Where a prefetch stands: ``hit_pages`` found in storage, ``staged_pages`` held in host memory."""
+    """Where a prefetch stands: ``hit_pages`` found in storage, ``staged_pages`` held in host memory.
+
+    ``kv_pages``: KV pages found in storage beyond the splice point; with sidecars it may exceed
+    ``hit_pages`` when a sidecar's units are missing where the KV run ends.
+    """
 
     request_id: str
     state: PrefetchState
     hit_pages: int
     staged_pages: int
+    kv_pages: int = 0
 
 
 @dataclass
@@ -122,7 +133,9 @@ class Admission:
     ``device_indices`` (token indices, owned by the engine from now on, allocated from the
     pipeline's device pool with the request id as owner) hold pages ``hashes`` that continue the
     prefix at ``splice_point`` tokens. ``ready`` is a CUDA event the consumer stream already waits
-    on (``None`` on CPU).
+    on (``None`` on CPU). ``sidecars``: per sidecar component, the device slot indices now
+    holding its units for the restored prefix (owned by the engine, allocated from that
+    component's device pool), in the order of the component's restore positions.
     """
 
     request_id: str
@@ -130,6 +143,7 @@ class Admission:
     hashes: tuple[str, ...]
     device_indices: torch.Tensor
     ready: Any = field(default=None, repr=False)
+    sidecars: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def pages(self) -> int:

@@ -1,0 +1,203 @@
+"""The Mamba component: recurrent (Mamba/GDN) state, one slot per checkpoint.
+
+Rules: the state after a prefix of ``end`` pages is all a restore needs besides KV, so restoring
+needs the one state unit at position ``end - 1`` (hit policy ``TRAILING_PAGES`` with a window of
+one) and a backup of a span writes only the state at its end. A prefix is restorable only where a
+state was saved: at span ends. Units are state slots (``page_size`` 1) of a
+:class:`~hicache_storage.state_pool.HostStatePool` on the host and a :class:`DeviceStatePool` on the
+device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from ...errors import ConfigError, HostPoolError
+from ...host_pool import parse_dtype
+from ...state_pool import HostStatePool
+from ..copy_engine import CopyHandle, page_runs
+from ..device_pool import pages_to_tokens, tokens_to_pages
+from .base import Component
+
+__all__ = ["DeviceStatePool", "MambaComponent", "StateCopyEngine"]
+
+
+class DeviceStatePool:
+    """State slots on ``device``, laid out like :class:`HostStatePool` (temporal state, then conv states).
+
+    Slots are allocated whole with an owner tag (``alloc(count, owner)``; ``page_size`` is 1).
+    """
+
+    page_size = 1
+
+    def __init__(
+        self,
+        *,
+        num_slots: int,
+        layer_num: int,
+        temporal_shape: Sequence[int] = (4, 8),
+        conv_shapes: Sequence[Sequence[int]] = ((3, 8),),
+        temporal_dtype: str | torch.dtype = "float32",
+        conv_dtype: str | torch.dtype = "bfloat16",
+        device: str | torch.device = "cpu",
+    ) -> None:
+        # A one-slot host pool validates the geometry and computes the sizes once.
+        probe = HostStatePool(
+            num_slots=1,
+            layer_num=layer_num,
+            temporal_shape=temporal_shape,
+            conv_shapes=conv_shapes,
+            temporal_dtype=temporal_dtype,
+            conv_dtype=conv_dtype,
+        )
+        if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
+            raise ConfigError("num_slots", f"must be a positive int, got {num_slots!r}")
+        self.device = torch.device(device)
+        self.page_num = self.size = num_slots
+        self.layer_num = layer_num
+        self.temporal_shape = tuple(probe.temporal_state_shape)
+        self.conv_shapes = [tuple(shape) for shape in probe.conv_state_shapes]
+        self.temporal_dtype = parse_dtype(temporal_dtype)
+        self.conv_dtype = parse_dtype(conv_dtype)
+        self.bytes_per_page = self.size_per_token = probe.size_per_token
+        self.temporal_buffer = torch.zeros(
+            (num_slots, layer_num, *self.temporal_shape), dtype=self.temporal_dtype, device=self.device
+        )
+        self.conv_buffer = [
+            torch.zeros((num_slots, layer_num, *shape), dtype=self.conv_dtype, device=self.device)
+            for shape in self.conv_shapes
+        ]
+        #: ``(slots, elements)`` views of each state component, in slot byte order.
+        self.segments = [t.view(num_slots, -1) for t in (self.temporal_buffer, *self.conv_buffer)]
+        self._free: list[int] = list(range(num_slots - 1, -1, -1))
+        self._owners: dict[int, object] = {}
+
+    @classmethod
+    def like(cls, host_pool: HostStatePool, num_slots: int, device: str | torch.device = "cpu") -> DeviceStatePool:
+        """A device pool of ``num_slots`` slots with ``host_pool``'s geometry."""
+        return cls(
+            num_slots=num_slots,
+            layer_num=host_pool.num_mamba_layers,
+            temporal_shape=tuple(host_pool.temporal_state_shape),
+            conv_shapes=[tuple(shape) for shape in host_pool.conv_state_shapes],
+            temporal_dtype=host_pool.temporal_dtype,
+            conv_dtype=host_pool.conv_dtype,
+            device=device,
+        )
+
+    def host_pool(self, num_slots: int) -> HostStatePool:
+        """A :class:`HostStatePool` of ``num_slots`` slots with this pool's geometry."""
+        return HostStatePool(
+            num_slots=num_slots,
+            layer_num=self.layer_num,
+            temporal_shape=self.temporal_shape,
+            conv_shapes=self.conv_shapes,
+            temporal_dtype=self.temporal_dtype,
+            conv_dtype=self.conv_dtype,
+        )
+
+    @property
+    def free_pages(self) -> int:
+        """Slots not allocated."""
+        return len(self._free)
+
+    def alloc(self, num_tokens: int, owner: object = None) -> torch.Tensor | None:
+        """``num_tokens`` slots (a slot is one "token" of a state pool), or ``None`` when too few are free."""
+        if num_tokens < 0:
+            raise HostPoolError(f"alloc({num_tokens}): expected a non-negative slot count")
+        if num_tokens > len(self._free):
+            return None
+        slots = [self._free.pop() for _ in range(num_tokens)]
+        for slot in slots:
+            self._owners[slot] = owner
+        return pages_to_tokens(slots, 1)
+
+    def free(self, indices: Sequence[int] | torch.Tensor) -> int:
+        """Return slots; a slot that is not allocated raises :class:`HostPoolError` and frees nothing."""
+        slots = tokens_to_pages(indices, 1, self.size)
+        if len(set(slots)) != len(slots) or any(slot not in self._owners for slot in slots):
+            raise HostPoolError(f"free(): state slots {slots} are not all allocated (double free?)")
+        for slot in slots:
+            del self._owners[slot]
+        self._free.extend(reversed(slots))
+        return len(slots)
+
+    def owners(self) -> dict[int, Any]:
+        """Snapshot of slot → owner for every allocated slot."""
+        return dict(self._owners)
+
+    def __repr__(self) -> str:
+        return f"DeviceStatePool({self.device}, slots={self.page_num}, bytes/slot={self.bytes_per_page})"
+
+
+class StateCopyEngine:
+    """Copies whole state slots between a :class:`DeviceStatePool` and a :class:`HostStatePool`.
+
+    Runs of slots consecutive on both sides move as one copy per state component. On CUDA the
+    copies run on a side stream, as :class:`~hicache_storage.pipeline.CopyEngine`'s do.
+    """
+
+    def __init__(self, device_pool: DeviceStatePool, host_pool: HostStatePool) -> None:
+        if device_pool.bytes_per_page != host_pool.size_per_token:
+            raise ValueError(f"{device_pool!r} and {host_pool!r} do not share a state geometry")
+        self.device_segments = device_pool.segments
+        host = [host_pool.temporal_buffer, *host_pool.conv_buffer]
+        self.host_segments = [t.view(host_pool.size, -1) for t in host]
+        self.cuda = device_pool.device.type == "cuda"
+        self._device = device_pool.device
+        self._stream: Any = torch.cuda.Stream(device=self._device) if self.cuda else None  # type: ignore[no-untyped-call]
+
+    def device_to_host(self, device_pages: Sequence[int], host_pages: Sequence[int]) -> CopyHandle:
+        """Copy device slots into host slots (pairwise); complete once ``wait()`` returns."""
+        return self._copy(self.host_segments, host_pages, self.device_segments, device_pages, to_device=False)
+
+    def host_to_device(self, host_pages: Sequence[int], device_pages: Sequence[int]) -> CopyHandle:
+        """Copy host slots into device slots (pairwise); keep the host slots until ``done()``."""
+        return self._copy(self.device_segments, device_pages, self.host_segments, host_pages, to_device=True)
+
+    def _copy(
+        self,
+        dst: list[torch.Tensor],
+        dst_slots: Sequence[int],
+        src: list[torch.Tensor],
+        src_slots: Sequence[int],
+        to_device: bool,
+    ) -> CopyHandle:
+        runs = page_runs(dst_slots, src_slots)
+        if not self.cuda:
+            for out, value in zip(dst, src, strict=True):
+                for d, s, n in runs:
+                    out.narrow(0, d, n).copy_(value.narrow(0, s, n))
+            return CopyHandle()
+        compute = torch.cuda.current_stream(self._device)
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        self._stream.wait_stream(compute)
+        with torch.cuda.stream(self._stream):
+            for out, value in zip(dst, src, strict=True):
+                for d, s, n in runs:
+                    out.narrow(0, d, n).copy_(value.narrow(0, s, n), non_blocking=True)
+            event.record(self._stream)
+        if to_device:
+            compute.wait_event(event)
+        return CopyHandle(event)
+
+
+class MambaComponent(Component):
+    """Recurrent state in ``device`` (a :class:`DeviceStatePool`): the state at a prefix's end."""
+
+    kind: ClassVar[str] = "mamba"
+
+    def __init__(self, device: DeviceStatePool, name: str = "mamba") -> None:
+        if not isinstance(device, DeviceStatePool):
+            raise ConfigError(f"component {name!r}", f"expected a DeviceStatePool, got {type(device).__name__}")
+        super().__init__(name, device, window=1)
+        self.state_pool = device
+
+    def make_host_pool(self, units: int) -> HostStatePool:
+        return self.state_pool.host_pool(units)
+
+    def copier(self, host_pool: Any) -> StateCopyEngine:
+        return StateCopyEngine(self.state_pool, host_pool)
