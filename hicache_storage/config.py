@@ -61,6 +61,7 @@ SDK_OPTION_NAMES: frozenset[str] = frozenset(
         "namespace",
         "model_revision",
         "manifests",
+        "pinned",
         "resilience",
         "backend",
         "backend_name",

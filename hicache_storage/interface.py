@@ -134,6 +134,8 @@ class HiCacheStorage(ABC):
         if not isinstance(config, HiCacheStorageConfig) and not _looks_like_config(config):
             raise ConfigError("config", f"expected a HiCacheStorageConfig, got {type(config).__name__}")
         self.config = config
+        if config.extra_config is not None and not isinstance(config.extra_config, dict):
+            raise ConfigError("extra_config", f"expected a dict (or None), got {type(config.extra_config).__name__}")
         extra = dict(config.extra_config or {})
         namespace = extra.get("namespace", "")
         if not isinstance(namespace, str):
@@ -146,6 +148,11 @@ class HiCacheStorage(ABC):
         manifests = extra.get("manifests", True)
         if not isinstance(manifests, bool):
             raise ConfigError("extra_config.manifests", f"expected true or false, got {manifests!r}")
+        pinned = extra.get("pinned", False)
+        if not isinstance(pinned, bool):
+            raise ConfigError("extra_config.pinned", f"expected true or false, got {pinned!r}")
+        #: Whether this deployment's key spaces are pinned: age-based purges and the SDK's own eviction skip them.
+        self.pinned = pinned
         backend_values = {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES}
         self.options = parse_options(self.Options, backend_values)
         self.capabilities = type(self).capabilities_for(self.options)
@@ -157,7 +164,9 @@ class HiCacheStorage(ABC):
         self.mem_pool_host: Any = None
         self.keyspace: KeySpace | None = None
         self._hc_pools = PoolRegistry()
-        self._hc_manifests = ManifestKeeper() if manifests and self.capabilities.supports_list else None
+        self._hc_manifests = (
+            ManifestKeeper(pinned=self.pinned) if manifests and self.capabilities.supports_list else None
+        )
         self._hc_pools_ready = False
         self._hc_closed = False
         self._hc_close_lock = threading.Lock()
@@ -196,8 +205,13 @@ class HiCacheStorage(ABC):
         """Remove pages; ``True`` when the key is absent afterwards. Needs ``supports_delete``."""
         raise UnsupportedOperation(f"{type(self).__name__} does not support delete")
 
-    def clear_pages(self) -> None:
-        """Remove every page this backend stores under its configured location."""
+    def clear_pages(self, prefixes: Sequence[str] | None) -> None:
+        """Remove stored pages: those whose storage key starts with one of ``prefixes`` (the registered
+        pools' key-space prefixes), or, with ``prefixes=None``, every page under the configured location.
+
+        A backend whose ``clear_pages`` takes no argument (written before this signature) is called
+        without one and is expected to remove everything.
+        """
         raise UnsupportedOperation(f"{type(self).__name__} does not support clear")
 
     def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
@@ -569,17 +583,25 @@ class HiCacheStorage(ABC):
         """Remove records by storage key (as :meth:`list_pages` lists them); needs ``supports_delete``."""
         return delete_stored(self, storage_keys)
 
-    def clear(self) -> None:
-        """Remove every page under this backend's configured location. Needs ``supports_clear``.
+    def clear(self, everything: bool = False) -> None:
+        """Remove this instance's pages: every page of each registered pool's key space. Needs ``supports_clear``.
 
-        Faults are counted, not raised; :class:`UnsupportedOperation` if the capability is absent.
+        ``everything=True`` removes every page under the backend's configured location, whatever
+        its key space (other models, ranks or tenants sharing the location included). Before any
+        pool is registered, ``clear()`` has no key space and removes nothing. A backend whose
+        ``clear_pages`` takes no argument removes everything either way. Faults are counted, not
+        raised; :class:`UnsupportedOperation` if the capability is absent.
         """
         if self._hc_closed:
             raise InvalidRequestError(f"{type(self).__name__} is closed")
         if not self.capabilities.supports_clear:
             raise UnsupportedOperation(f"{type(self).__name__} does not declare supports_clear")
+        prefixes = None if everything else [self.pool_keyspace(name).prefix for name in self.registered_pools()]
         try:
-            self.clear_pages()
+            if not _takes_context(type(self).clear_pages, 0):
+                self.clear_pages()  # type: ignore[call-arg]  # written before clear_pages took prefixes
+            elif prefixes is None or prefixes:
+                self.clear_pages(sorted(set(prefixes)) if prefixes is not None else None)
         except Exception as error:
             self.stats.fault("clear", error)
 

@@ -119,7 +119,7 @@ def read_manifest(storage: HiCacheStorage, space_or_key: KeySpace | str) -> KeyS
 class ManifestKeeper:
     """Writes each pool's manifest after writes, at most once per :data:`MANIFEST_REFRESH_S`."""
 
-    def __init__(self, refresh_s: float = MANIFEST_REFRESH_S, *, pinned: frozenset[str] = frozenset()) -> None:
+    def __init__(self, refresh_s: float = MANIFEST_REFRESH_S, *, pinned: bool = False) -> None:
         self.refresh_s = refresh_s
         self.pinned = pinned
         self._written: dict[str, float] = {}
@@ -141,7 +141,7 @@ class ManifestKeeper:
                 known = read_manifest(storage, space)
                 first = known.first_write if known is not None else now
                 self._first[key] = first
-            manifest = KeySpaceManifest.of(space, first, now, pinned=space.prefix in self.pinned)
+            manifest = KeySpaceManifest.of(space, first, now, pinned=self.pinned)
             record = bytearray(manifest.to_bytes())
             sized = BatchContext(pool=context.pool, keyspace=space, record_bytes=MANIFEST_BYTES)
             storage._primitive("write_pages")([key], [[memoryview(record)]], sized)

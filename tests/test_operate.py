@@ -183,3 +183,21 @@ def test_metrics_render_breakers_and_events() -> None:
     assert events["integrity_failures"] == 3
     assert any(s.labels.get("instance") == 'rank "0"' for s in families["hicache_storage_calls"].samples)
     assert "hicache_storage_breaker_state" in families
+
+
+def test_age_purges_skip_pinned_key_spaces(tmp_path: Path) -> None:
+    options = options_for("sim", tmp_path)
+    pool = kit.make_pool()
+    keys = {}
+    for model, pinned in (("system-prompts", True), ("chat", False)):
+        with load_backend("sim", make_config(model, extra_config={**options, "pinned": pinned})) as storage:
+            storage.register_mem_pool_host(pool)
+            keys[model] = kit.random_keys(2)
+            storage.batch_set_v1(keys[model], kit.page_indices(0, 2))
+    assert cli("purge", "sim", "--config", json.dumps(options), "--older-than", "0s", "--yes") == 0
+    left = {
+        r.manifest.model_name
+        for r in usage_of(load_backend("sim", make_config("x", extra_config=options)))
+        if r.manifest
+    }
+    assert left == {"system-prompts"}
