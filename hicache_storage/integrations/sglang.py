@@ -32,14 +32,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, fields, is_dataclass
 from functools import lru_cache, partial
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..config import HiCacheStorageConfig
 from ..errors import ConfigError, InvalidRequestError
 from ..interface import HiCacheStorage
 from ..page_buffers import pool_page_bytes
-from ..pools import PoolHitPolicy, PoolName, PoolTransferResult, pool_name_str
+from ..pools import PoolName, PoolTransferResult, pool_name_str
 from ..registry import load_backend
 
 __all__ = ["LOADER_KEYS", "SGLangBackend", "extra_config_for", "launch_args", "sdk_config", "sglang_available"]
@@ -159,43 +158,6 @@ def _count(keys: Any) -> int:
         return len(keys)
     except Exception:
         return 0
-
-
-def _exists_view(pool_transfers: Any) -> Any:
-    """``pool_transfers`` for the contract's ``batch_exists_v2``.
-
-    For ``ALL_PAGES`` and ``TRAILING_PAGES`` pools a transfer's keys only give the window length
-    (the pages are looked up under the KV keys), and SGLang's prefetch query fills them with
-    placeholders (``"__placeholder__"``) until the hit is known; they are replaced by as many
-    well-formed stand-ins so the placeholders are not refused as keys. ``BLOCK_GROUPS`` pools name
-    their own keys and pass unchanged.
-    """
-    if pool_transfers is None or isinstance(pool_transfers, (str, bytes)):
-        return pool_transfers
-    try:
-        items = list(pool_transfers)
-    except TypeError:
-        return pool_transfers
-    view: list[Any] = []
-    for transfer in items:
-        keys = getattr(transfer, "keys", None)
-        policy = pool_name_str(getattr(transfer, "hit_policy", PoolHitPolicy.ALL_PAGES.value))
-        if isinstance(keys, Sequence) and not isinstance(keys, (str, bytes)) and policy in _WINDOW_POLICIES:
-            transfer = SimpleNamespace(
-                name=transfer.name,
-                keys=["0"] * len(keys),
-                hit_policy=transfer.hit_policy,
-                host_indices=getattr(transfer, "host_indices", None),
-                indices_from_pool=getattr(transfer, "indices_from_pool", None),
-                block_pages=getattr(transfer, "block_pages", 0),
-                group_pages=getattr(transfer, "group_pages", 0),
-            )
-        view.append(transfer)
-    return view
-
-
-#: Hit policies whose transfer keys only count pages (looked up under the KV keys).
-_WINDOW_POLICIES = frozenset({PoolHitPolicy.ALL_PAGES.value, PoolHitPolicy.TRAILING_PAGES.value})
 
 
 def _missed(transfers: Sequence[Any]) -> dict[Any, list[bool]]:
@@ -397,7 +359,7 @@ class SGLangBackend(_Base):
         _, result_type = _sglang_pool_types()
 
         def query() -> Any:
-            found = self.backend.batch_exists_v2(keys, _exists_view(pool_transfers), extra_info)
+            found = self.backend.batch_exists_v2(keys, pool_transfers, extra_info)
             return self._engine_result(found, result_type)
 
         return self._guard("batch_exists_v2", None, query) or result_type.empty()
