@@ -15,8 +15,8 @@ from hicache_storage import testing as kit
 from hicache_storage.commands import run
 from hicache_storage.listing import KeySpaceManifest
 from hicache_storage.metrics import prometheus_text
-from hicache_storage.page_format import HEADER_SIZE
 from hicache_storage.operate import parse_age, usage_of
+from hicache_storage.page_format import HEADER_SIZE
 
 SPACES = [("model-a", "r1", ""), ("model-b", "r1", ""), ("model-b", "r2", "tenant-x")]
 
