@@ -12,6 +12,7 @@ from pipeline_support import FakeClock, fill, make_device_pool, sim_backend
 from hicache_storage import HiCacheStorage
 from hicache_storage.pipeline import BufferOnlyPipeline, DeviceKVPool, PipelineConfig, Span
 from hicache_storage.pipeline.components import DeviceStatePool, MambaComponent, PoolSet, SWAComponent
+from hicache_storage.pipeline.lockstep import RankSync
 
 WINDOW = 2  # SWA window in pages
 
@@ -35,7 +36,7 @@ def make_swa_device(num_pages: int = 16, device: str = "cpu") -> DeviceKVPool:
 
 
 def hybrid_pools(
-    device: str = "cpu", kv_pages: int = 16, swa_pages: int = 16, state_slots: int = 8, window: int = WINDOW
+    *, device: str = "cpu", kv_pages: int = 16, swa_pages: int = 16, state_slots: int = 8, window: int = WINDOW
 ) -> PoolSet:
     return PoolSet(
         make_device_pool(device, kv_pages),
@@ -48,16 +49,19 @@ def hybrid_pools(
 
 def make_hybrid(
     storage: HiCacheStorage | None = None,
+    *,
     device: str = "cpu",
     kv_pages: int = 16,
     swa_pages: int = 16,
     state_slots: int = 8,
     window: int = WINDOW,
+    rank_sync: RankSync | None = None,
     **options: Any,
 ) -> BufferOnlyPipeline:
     options.setdefault("record_decisions", True)
-    pools = hybrid_pools(device, kv_pages, swa_pages, state_slots, window)
-    return BufferOnlyPipeline(PipelineConfig(**options), pools, storage or sim_backend(), clock=FakeClock())
+    pools = hybrid_pools(device=device, kv_pages=kv_pages, swa_pages=swa_pages, state_slots=state_slots, window=window)
+    config = PipelineConfig(**options)
+    return BufferOnlyPipeline(config, pools, storage or sim_backend(), clock=FakeClock(), rank_sync=rank_sync)
 
 
 def sidecar(pipe: BufferOnlyPipeline, name: str) -> Any:
