@@ -184,20 +184,26 @@ class SlabBackend(HiCacheStorage):
             slab.sync()
         return [True] * len(keys)
 
-    def clear_pages(self) -> None:
-        """Empty every slab below the path: the open ones and any other slab file found there."""
+    def clear_pages(self, prefixes: Sequence[str] | None = None) -> None:
+        """Empty the slabs of the key spaces in ``prefixes`` (``None``: every slab file below the path).
+
+        A key space's slab holds the pages of all its ranks, so all of them go.
+        """
+        wanted = None if prefixes is None else tuple(prefixes)
         with self._slabs_lock:
-            slabs = list(self._slabs.values())
-        open_paths: set[str] = set()
+            slabs = [s for p, s in self._slabs.items() if wanted is None or p in wanted]
+        done: set[str] = set()
         for slab in slabs:
             slab.clear()
-            open_paths.update(file.path for file in slab.files)
+            done.update(file.path for file in slab.files)
         for entry in os.scandir(self._root):
-            if SLAB_FILE_MARK not in entry.name or entry.name.startswith(".") or entry.path in open_paths:
+            name = entry.name
+            if SLAB_FILE_MARK not in name or name.startswith(".") or entry.path in done:
                 continue
-            if not entry.is_file(follow_symlinks=False):
+            if wanted is not None and not name.startswith(wanted):
                 continue
-            _blank_slab_file(entry.path)
+            if entry.is_file(follow_symlinks=False):
+                _blank_slab_file(entry.path)
 
     def release(self) -> None:
         self._io.close()

@@ -33,6 +33,7 @@ import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import xxhash
 
@@ -50,6 +51,7 @@ __all__ = [
     "Geometry",
     "SuperblockError",
     "decode_entry",
+    "decode_set",
     "decode_superblock",
     "digest_at",
     "encode_entry",
@@ -101,8 +103,7 @@ def payload_checksum(segments: Sequence[memoryview], digest: bytes) -> int:
     return int(hasher.intdigest())
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """A decoded slot header (``state`` is :data:`EMPTY`, :data:`WRITING`, :data:`COMMITTED` or :data:`DAMAGED`)."""
 
     state: int
@@ -115,6 +116,10 @@ class Entry:
 
 _EMPTY_ENTRY = Entry(EMPTY)
 _DAMAGED_ENTRY = Entry(DAMAGED)
+_VALID_STATES = frozenset((EMPTY, WRITING, COMMITTED))
+_unpack_body = _ENTRY.unpack_from
+_unpack_check = _CHECK.unpack_from
+_check_of = xxhash.xxh3_64_intdigest
 
 
 def encode_entry(state: int, length: int, seq: int, digest: bytes, *, checksum: int, writer: int) -> bytes:
@@ -123,18 +128,22 @@ def encode_entry(state: int, length: int, seq: int, digest: bytes, *, checksum: 
     return body + _CHECK.pack(xxhash.xxh3_64_intdigest(body))
 
 
-def decode_entry(raw: bytes | memoryview) -> Entry:
-    """Decode 64 header bytes; blank is :data:`EMPTY`, anything invalid :data:`DAMAGED`."""
-    if raw == _BLANK:
+def decode_entry(raw: bytes, offset: int = 0) -> Entry:
+    """Decode the 64 header bytes at ``offset`` of ``raw``; blank is :data:`EMPTY`, anything invalid :data:`DAMAGED`."""
+    end = offset + ENTRY_SIZE
+    if raw[offset:end] == _BLANK:
         return _EMPTY_ENTRY
-    body = raw[: _ENTRY.size]
-    (check,) = _CHECK.unpack_from(raw, _ENTRY.size)
-    if check != xxhash.xxh3_64_intdigest(body):
+    if _unpack_check(raw, offset + _ENTRY.size)[0] != _check_of(raw[offset : offset + _ENTRY.size]):
         return _DAMAGED_ENTRY
-    magic, version, state, _reserved, length, seq, digest, checksum, writer = _ENTRY.unpack(body)
-    if magic != _ENTRY_MAGIC or version != FORMAT_VERSION or state not in (EMPTY, WRITING, COMMITTED):
+    magic, version, state, _reserved, length, seq, digest, checksum, writer = _unpack_body(raw, offset)
+    if magic != _ENTRY_MAGIC or version != FORMAT_VERSION or state not in _VALID_STATES:
         return _DAMAGED_ENTRY
-    return Entry(state, length, seq, bytes(digest), checksum, writer)
+    return Entry(state, length, seq, digest, checksum, writer)
+
+
+def decode_set(raw: bytes, ways: int) -> list[Entry]:
+    """Every header of a set read in one piece."""
+    return [decode_entry(raw, way * ENTRY_SIZE) for way in range(ways)]
 
 
 def digest_at(raw: bytes, way: int) -> bytes:

@@ -46,6 +46,7 @@ from .layout import (
     Geometry,
     SuperblockError,
     decode_entry,
+    decode_set,
     decode_superblock,
     digest_at,
     encode_entry,
@@ -173,7 +174,7 @@ class Slab:
             deadline: float | None = None
             while True:
                 raw = self._read_set(file, set_offset)
-                entries = [decode_entry(raw[w * ENTRY_SIZE : (w + 1) * ENTRY_SIZE]) for w in range(geometry.ways)]
+                entries = decode_set(raw, geometry.ways)
                 busy = {w for w in range(geometry.ways) if (index, set_offset + w * ENTRY_SIZE) in pending}
                 copies = [w for w, e in enumerate(entries) if e.state == COMMITTED and e.digest == digest]
                 if copies and checksum is None:  # a rewrite: same bytes can go in place, so hash them now
@@ -286,7 +287,7 @@ class Slab:
         for way in range(self.geometry.ways):
             if digest_at(raw, way) != digest:
                 continue
-            entry = decode_entry(raw[way * ENTRY_SIZE : (way + 1) * ENTRY_SIZE])
+            entry = decode_entry(raw, way * ENTRY_SIZE)
             if entry.state == COMMITTED and entry.digest == digest and (best is None or entry.seq > best[1].seq):
                 best = (way, entry)
         return best
@@ -300,9 +301,7 @@ class Slab:
         raw = self._read_set(file, set_offset)
         found = self._find(raw, digest)
         if found is None:
-            if any(
-                decode_entry(raw[w * ENTRY_SIZE : (w + 1) * ENTRY_SIZE]).state == DAMAGED for w in range(geometry.ways)
-            ):
+            if any(decode_entry(raw, w * ENTRY_SIZE).state == DAMAGED for w in range(geometry.ways)):
                 self._bump("integrity_failures")  # a damaged header in the key's set may have been its own
             return False
         way, entry = found
@@ -352,7 +351,7 @@ class Slab:
         for way in range(self.geometry.ways):
             if digest_at(raw, way) != digest:
                 continue
-            entry = decode_entry(raw[way * ENTRY_SIZE : (way + 1) * ENTRY_SIZE])
+            entry = decode_entry(raw, way * ENTRY_SIZE)
             if entry.state in (COMMITTED, WRITING) and entry.digest == digest:
                 os.pwrite(file.fd, _BLANK, set_offset + way * ENTRY_SIZE)
 

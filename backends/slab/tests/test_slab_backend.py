@@ -246,18 +246,24 @@ def test_a_damaged_superblock_replaces_the_slab(tmp_path: Path) -> None:
     again.close()
 
 
-def test_clear_empties_every_slab_below_the_path(tmp_path: Path) -> None:
-    first = kit.make_backend(SlabBackend, {"path": str(tmp_path), "capacity_bytes": 1 << 20}, make_pool(), model="m1")
-    second = kit.make_backend(SlabBackend, {"path": str(tmp_path), "capacity_bytes": 1 << 20}, make_pool(), model="m2")
+def test_clear_empties_this_key_space_or_every_slab_below_the_path(tmp_path: Path) -> None:
+    def open_model(model: str) -> SlabBackend:
+        return kit.make_backend(
+            SlabBackend, {"path": str(tmp_path), "capacity_bytes": 1 << 20}, make_pool(), model=model
+        )
+
+    first, second = open_model("m1"), open_model("m2")
     keys = kit.random_keys(3)
     assert first.batch_set_v1(keys, indices(0, 3)) == [True] * 3
-    first.close()
     assert second.batch_set_v1(keys, indices(0, 3)) == [True] * 3
-    second.clear()
+    second.clear()  # its own key space only
     assert second.batch_exists_each(keys) == [False] * 3
-    reopened = kit.make_backend(
-        SlabBackend, {"path": str(tmp_path), "capacity_bytes": 1 << 20}, make_pool(), model="m1"
-    )
+    assert first.batch_exists_each(keys) == [True] * 3
+    assert second.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    first.close()
+    second.clear(everything=True)  # every slab below the path, open here or not
+    assert second.batch_exists_each(keys) == [False] * 3
+    reopened = open_model("m1")
     assert reopened.batch_exists_each(keys) == [False] * 3
     second.close()
     reopened.close()
