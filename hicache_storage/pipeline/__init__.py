@@ -3,15 +3,20 @@
 Import what an engine needs from here::
 
     from hicache_storage.pipeline import BufferOnlyPipeline, PipelineConfig, DeviceKVPool, Span, PrefetchRequest
+
+Hybrid models add sidecar components (``PoolSet``, ``SWAComponent``, ``MambaComponent``,
+``DeviceStatePool``); tensor-parallel ranks agree through a ``RankSync`` (``ThreadRankGroup``).
 """
 
 from __future__ import annotations
 
 from .buffer_cache import BufferPageCache
+from .components import Component, DeviceStatePool, KVComponent, MambaComponent, PoolSet, SWAComponent
 from .config import HOST_MEMORY_MODES, WRITE_POLICIES, PipelineConfig
 from .copy_engine import CopyEngine, CopyHandle
 from .device_pool import DeviceKVPool
 from .existence import StorageExistenceCache
+from .lockstep import RankSync, ThreadRankGroup
 from .metrics import PipelineMetrics
 from .pipeline import BufferOnlyPipeline, InvariantViolation
 from .types import Admission, BackupDecision, BackupResult, PrefetchRequest, PrefetchState, PrefetchStatus, Span
@@ -24,15 +29,23 @@ __all__ = [
     "BackupResult",
     "BufferOnlyPipeline",
     "BufferPageCache",
+    "Component",
     "CopyEngine",
     "CopyHandle",
     "DeviceKVPool",
+    "DeviceStatePool",
     "InvariantViolation",
+    "KVComponent",
+    "MambaComponent",
     "PipelineConfig",
     "PipelineMetrics",
+    "PoolSet",
     "PrefetchRequest",
     "PrefetchState",
     "PrefetchStatus",
+    "RankSync",
+    "SWAComponent",
     "Span",
     "StorageExistenceCache",
+    "ThreadRankGroup",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import ConfigError, HostPoolError
@@ -166,16 +167,25 @@ def _page_dim(layout: str, is_mla: bool) -> int:
     return 2 if layout == "layer_first" else 1
 
 
+#: Below this many indices, index lists are built and checked in Python (fewer, cheaper tensor calls).
+_SMALL = 256
+
+
 def pages_to_tokens(pages: Sequence[int], page_size: int) -> torch.Tensor:
-    """Token indices of whole pages, in order."""
-    if not pages:
+    """Token indices of whole pages, in order (built with numpy: cheaper than ``torch.tensor`` of a list)."""
+    if len(pages) == 0:
         return torch.empty(0, dtype=torch.int64)
-    base = torch.tensor(list(pages), dtype=torch.int64)[:, None] * page_size
-    return (base + torch.arange(page_size, dtype=torch.int64)).reshape(-1)
+    base = np.asarray(pages, dtype=np.int64)
+    if page_size > 1:
+        base = (base[:, None] * page_size + np.arange(page_size, dtype=np.int64)).reshape(-1)
+    return torch.from_numpy(base)
 
 
 def tokens_to_pages(indices: Sequence[int] | torch.Tensor, page_size: int, size: int) -> list[int]:
     """Page numbers of page-aligned token indices; raises :class:`HostPoolError` if not whole pages in range."""
+    count = indices.numel() if isinstance(indices, torch.Tensor) else len(indices)
+    if count <= _SMALL:
+        return _small_tokens_to_pages(indices, page_size, size)
     if isinstance(indices, torch.Tensor):
         flat = indices.reshape(-1).to("cpu", torch.int64)
     else:
@@ -192,6 +202,32 @@ def tokens_to_pages(indices: Sequence[int] | torch.Tensor, page_size: int, size:
     if bad:
         raise HostPoolError("token indices must be whole, page-aligned pages inside the pool")
     return (starts // page_size).tolist()
+
+
+def _small_tokens_to_pages(indices: Sequence[int] | torch.Tensor, page_size: int, size: int) -> list[int]:
+    """:func:`tokens_to_pages` for a few indices, checked in Python."""
+    if isinstance(indices, torch.Tensor):
+        if indices.is_floating_point() or indices.dtype == torch.bool:
+            raise HostPoolError(f"token indices must be integers, got dtype {indices.dtype}")
+        flat: list[int] = indices.reshape(-1).tolist()
+    else:
+        flat = [int(i) for i in indices]
+    if len(flat) % page_size:
+        raise HostPoolError(f"{len(flat)} token indices is not a whole number of pages of {page_size}")
+    if not flat:
+        return []
+    if page_size == 1:
+        if min(flat) < 0 or max(flat) >= size:
+            raise HostPoolError("token indices must be whole, page-aligned pages inside the pool")
+        return flat
+    starts = flat[::page_size]
+    for number, start in enumerate(starts):
+        base = number * page_size
+        if start % page_size or not 0 <= start < size or flat[base + page_size - 1] != start + page_size - 1:
+            raise HostPoolError("token indices must be whole, page-aligned pages inside the pool")
+        if flat[base : base + page_size] != list(range(start, start + page_size)):
+            raise HostPoolError("token indices must be whole, page-aligned pages inside the pool")
+    return [start // page_size for start in starts]
 
 
 _OFFSETS: dict[int, torch.Tensor] = {}

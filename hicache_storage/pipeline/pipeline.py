@@ -289,16 +289,16 @@ class BufferOnlyPipeline:
                     if unit in expected:
                         raise InvariantViolation(f"{item.name} unit {unit} is held by {expected[unit]!r} and {owner!r}")
                     expected[unit] = owner
-            actual = dict(item.staging.owners)
-            pool_owners = getattr(item.host_pool, "owners", None)
-            if callable(pool_owners) and pool_owners() != actual:
-                raise InvariantViolation(f"{item.name}: the host pool's owners differ from the units handed out")
-            if actual != expected or item.staging.used != len(actual):
+            problem = item.staging.problems()
+            if problem is not None:
+                raise InvariantViolation(f"{item.name} host arena: {problem}")
+            actual = item.staging.owners
+            if actual != expected:
                 leaked = sorted(set(actual) - set(expected))
                 lost = sorted(set(expected) - set(actual))
+                wrong = sorted(u for u in set(actual) & set(expected) if actual[u] != expected[u])
                 raise InvariantViolation(
-                    f"{item.name} host units leaked {leaked[:8]}, freed while held {lost[:8]}; "
-                    f"pool reports {item.staging.used} used, {len(actual)} handed out"
+                    f"{item.name} host units leaked {leaked[:8]}, freed while held {lost[:8]}, wrong owner {wrong[:8]}"
                 )
             if item.backlog != pending[item.name] or not 0 <= item.backlog <= item.cap:
                 raise InvariantViolation(f"{item.name} backlog {item.backlog} units but {pending[item.name]} queued")

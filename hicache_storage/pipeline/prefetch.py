@@ -184,7 +184,7 @@ class PrefetchStage(Stage):
                 return None
             taken.append((name, tokens))
             step = component.unit_tokens
-            units.device = tokens[::step].div(step, rounding_mode="floor").tolist()
+            units.device = tokens.tolist() if step == 1 else [t // step for t in tokens[::step].tolist()]
         return dict(taken)
 
     def abort(self, request_id: str) -> bool:
@@ -285,10 +285,10 @@ class PrefetchStage(Stage):
         offset = max(0, start - self.sidecars.overlap)
         keys = list(hashes[offset : start + cap])
         found = self.storage.restorable(keys, self.sidecars.lookup_pools, offset=offset, after=start)
-        lengths = frozenset(found.lengths)
+        load.restorable = found.lengths  # ascending, each in (start, start + cap]
         if self.rank_sync is not None:
-            lengths = self.rank_sync.agree(load.request.request_id, "query", lengths)
-        load.restorable = sorted(length for length in lengths if start < length <= start + cap)
+            agreed = self.rank_sync.agree(load.request.request_id, "query", frozenset(found.lengths))
+            load.restorable = sorted(length for length in agreed if start < length <= start + cap)
         kv_end = min(found.kv_end, start + cap)
         if kv_end < min(len(hashes), start + cap):
             self.existence.invalidate_beyond(self.config.pool_name, list(hashes[start : start + cap]), kv_end - start)

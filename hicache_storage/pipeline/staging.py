@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from ..host_pool import HostKVPool
 from .buffer_cache import BufferPageCache
+from .device_pool import pages_to_tokens as token_indices
 from .metrics import PipelineMetrics
 
-__all__ = ["HostStaging"]
+__all__ = ["HostStaging", "token_indices"]
 
 
 class HostStaging:
@@ -77,11 +76,3 @@ class HostStaging:
     def _free(self, pages: Sequence[int]) -> None:
         if pages:
             self.pool.free(token_indices(pages, self.page_size))
-
-
-def token_indices(pages: Sequence[int], page_size: int) -> torch.Tensor:
-    """Token indices of host pages (what ``batch_get_v1``/``batch_set_v1`` take)."""
-    base = torch.tensor(list(pages), dtype=torch.int64)
-    if page_size == 1:
-        return base
-    return (base[:, None] * page_size + torch.arange(page_size, dtype=torch.int64)).reshape(-1)

@@ -120,6 +120,7 @@ class MultiPoolCalls(StorageCalls):
         boundaries = dict.fromkeys((pool.name for pool in pools), 0)
         begin = max(0, after - offset)  # first page whose prefix end is new
         kv_end = offset + begin
+        sparse = False
         while begin < len(hashes):
             low = max(0, begin - overlap)
             chunk = list(hashes[low : begin + self.batch_pages])
@@ -132,6 +133,7 @@ class MultiPoolCalls(StorageCalls):
                 break
             base = offset + low
             lengths.extend(base + length for length in found if low + length > begin)
+            sparse = sparse or len(found) != (found[-1] if found else 0)
             for pool in pools:
                 hit = hits.get(pool.name, 0)
                 if hit:
@@ -140,7 +142,8 @@ class MultiPoolCalls(StorageCalls):
             if kv_run < len(chunk):
                 break
             begin = low + len(chunk)
-        return Restorable(kv_end, sorted(set(lengths)), boundaries)
+        # Each batch adds only lengths beyond the last; a batch's list is ascending unless the backend errs.
+        return Restorable(kv_end, sorted(set(lengths)) if sparse else lengths, boundaries)
 
     def write_units(self, parts: Sequence[PoolPart]) -> dict[str, list[bool]]:
         """Write sidecar units from host (``batch_set_v2``, all pools in one call per batch); flags per pool."""
@@ -195,7 +198,7 @@ def _exists_result(result: Any, keys: int) -> tuple[int, list[int], dict[str, in
         raise TypeError(f"kv_hit_pages {kv_hit!r} is not a page count of {keys} keys")
     if found is None:  # a backend without sparse boundaries: a contiguous prefix
         found = list(range(1, kv_hit + 1))
-    lengths = [int(n) for n in found if 0 < int(n) <= keys]
+    lengths = [n for n in found if 0 < n <= keys]  # a non-number raises: the answer counts as an error
     kv_run = int(hits.get(PoolName.KV.value, kv_hit))  # the KV pool is named only with a non-zero run
     kv_run = min(max(kv_run, max(lengths, default=0)), keys)
     return kv_run, lengths, {pool_name_str(k): int(v) for k, v in hits.items()}

@@ -9,6 +9,7 @@ from hybrid_support import (
     WINDOW,
     assert_admitted,
     free_engine,
+    hybrid_pools,
     hybrid_span,
     label,
     make_hybrid,
@@ -63,7 +64,7 @@ def test_round_trip_restores_every_component(device: str) -> None:
     assert rows["swa"]["units_loaded"] == WINDOW and rows["mamba"]["units_loaded"] == 1
     pipe.drain()
     pipe.check_invariants()
-    assert all(pool.size == pool.available_size() for pool in pipe.host_pools.values())
+    assert all(item.staging.used == 0 for item in pipe.sidecars.items) and pipe.host_pool.used_pages == 0
 
 
 def test_backups_write_the_trailing_window_and_the_end_state_only() -> None:
@@ -222,13 +223,13 @@ def test_abort_and_timeout_release_sidecar_units() -> None:
     pipe.prefetch(PrefetchRequest("a", hashes))
     pipe.prefetch(PrefetchRequest("t", hashes))
     pipe.tick()
-    used = {name: pool.size - pool.available_size() for name, pool in pipe.host_pools.items()}
-    assert used["swa"] == 2 * WINDOW * 4 and used["mamba"] == 2
+    used = {item.name: item.staging.used for item in pipe.sidecars.items}
+    assert used == {"swa": 2 * WINDOW, "mamba": 2}
     assert pipe.abort("a")
     pipe.tick()
     pipe.tick()
     assert pipe.prefetch_status("t").state is PrefetchState.TIMED_OUT  # type: ignore[union-attr]
-    assert all(pool.size == pool.available_size() for pool in pipe.host_pools.values())
+    assert all(item.staging.used == 0 for item in pipe.sidecars.items) and pipe.host_pool.used_pages == 0
     pipe.check_invariants()
 
 
@@ -239,18 +240,34 @@ def test_invariants_cover_every_pool() -> None:
     pipe.prefetch(PrefetchRequest("r", hashes))
     pipe.tick()
     pipe.check_invariants()
-    state_host = pipe.host_pools["mamba"]
-    stray = state_host.alloc(1)
-    with pytest.raises(InvariantViolation, match="mamba host units"):
+    staging = {item.name: item.staging for item in pipe.sidecars.items}
+    stray = staging["mamba"].alloc(1, "stranger")
+    assert stray is not None
+    with pytest.raises(InvariantViolation, match="mamba host units leaked"):
         pipe.check_invariants()
-    state_host.free(stray)
-    swa_host = pipe.host_pools["swa"]
-    held = next(iter(swa_host.owners()))
-    swa_host.free([held * 4 + i for i in range(4)])
-    with pytest.raises(InvariantViolation, match="swa"):
+    staging["mamba"].release(stray)
+    held = next(iter(staging["swa"].owners))
+    staging["swa"].release([held])
+    with pytest.raises(InvariantViolation, match=r"swa host units .*freed while held"):
         pipe.check_invariants()
     with pytest.raises(HostPoolError):
-        swa_host.free([held * 4 + i for i in range(4)])
+        staging["swa"].release([held])
+    staging["swa"].alloc(1, ("load", "someone-else"))
+    with pytest.raises(InvariantViolation, match="wrong owner"):
+        pipe.check_invariants()
+    # The host pool itself is the pipeline's arena: slots handed out behind its back are reported.
+    arena = pipe.host_pools["swa"]
+    arena.free([0, 1, 2, 3])  # its page 0 goes back to the pool's own free list
+    with pytest.raises(InvariantViolation, match="outside the pipeline's arena"):
+        pipe.check_invariants()
+
+
+def test_host_pool_given_with_slots_taken_is_refused() -> None:
+    pools = hybrid_pools()
+    host = pools.sidecars[1].make_host_pool(4)
+    host.alloc(1)
+    with pytest.raises(ConfigError, match="slots allocated already"):
+        BufferOnlyPipeline(PipelineConfig(), pools, sim_backend(), host_pools={"mamba": host})
 
 
 def test_kv_only_pipeline_keeps_its_v1_calls() -> None:

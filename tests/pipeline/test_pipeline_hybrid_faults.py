@@ -111,10 +111,7 @@ def test_short_sidecar_read_falls_back_to_a_shorter_prefix_or_to_nothing() -> No
     _two_spans(pipe, hashes)
     backend.fail_pool_read = {("mamba", hashes[5])}
     assert _stage(pipe, "r", hashes) == (PrefetchState.STAGED, 3, 6)
-    assert (
-        pipe.host_pool.used_pages == 3
-        and pipe.host_pools["mamba"].available_size() == pipe.host_pools["mamba"].size - 1
-    )
+    assert pipe.host_pool.used_pages == 3 and pipe.sidecars.by_name["mamba"].staging.used == 1
     assert_admitted(pipe, pipe.admit("r", 0), hashes, 3)
     rows = pipe.metrics.as_dict()["components"]["mamba"]
     assert rows["units_read_failed"] == 1 and rows["units_loaded"] == 1
@@ -122,7 +119,7 @@ def test_short_sidecar_read_falls_back_to_a_shorter_prefix_or_to_nothing() -> No
     # Every state unreadable, or one SWA window page: nothing is staged.
     backend.fail_pool_read = {("mamba", hashes[5]), ("swa", hashes[1])}
     assert _stage(pipe, "r2", hashes) == (PrefetchState.MISS, 0, 6)
-    assert all(pool.available_size() == pool.size for pool in pipe.host_pools.values())
+    assert pipe.host_pool.used_pages == 0 and all(item.staging.used == 0 for item in pipe.sidecars.items)
     assert pipe.metrics.as_dict()["prefetch_read_failed_tokens"] == (3 + 6) * PAGE_SIZE
     pipe.check_invariants()
 

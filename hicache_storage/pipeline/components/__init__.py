@@ -51,6 +51,11 @@ class PoolSet:
                 raise ConfigError("pools.sidecars", f"expected sidecar components, got {sidecar!r}")
             if sidecar.name in names or sidecar.name == "kv":
                 raise ConfigError("pools.sidecars", f"component name {sidecar.name!r} is used twice (or is 'kv')")
+            if sidecar.kv_aligned and sidecar.unit_tokens != self.kv.page_size:
+                raise ConfigError(
+                    f"component {sidecar.name!r}",
+                    f"pages of {sidecar.unit_tokens} tokens do not line up with KV pages of {self.kv.page_size}",
+                )
             names.add(sidecar.name)
         object.__setattr__(self, "sidecars", tuple(self.sidecars))
 

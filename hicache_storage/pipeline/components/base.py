@@ -20,12 +20,11 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from ...errors import ConfigError, InvalidRequestError
+from ...errors import ConfigError, HostPoolError, InvalidRequestError
 from ...keys import validate_key
 from ...pools import PoolHitPolicy
 from ..copy_engine import CopyHandle
 from ..device_pool import tokens_to_pages
-from ..staging import token_indices
 
 __all__ = ["Component", "Copier", "DevicePool", "UnitStaging"]
 
@@ -69,6 +68,8 @@ class Component(ABC):
     #: Short kind name used in reports (``kv``, ``swa``, ``mamba``).
     kind: ClassVar[str] = "component"
     gating: ClassVar[bool] = True
+    #: Whether a unit is one KV page's worth of tokens (its pool's pages must match the KV pages).
+    kv_aligned: ClassVar[bool] = False
 
     def __init__(self, name: str, device: Any, window: int = 1) -> None:
         try:
@@ -145,11 +146,15 @@ class Component(ABC):
 
 
 class UnitStaging:
-    """Owner-tagged allocation of one component's host units (works for KV and state host pools).
+    """Owner-tagged allocation of one component's host units, from an arena the pipeline reserves.
 
-    Host pools allocate in slots (``alloc(count * unit_tokens, owner)``, ``free(slot indices)``,
-    ``available_size()``); the owner of each unit is also kept here, because not every host pool
-    records owners.
+    At construction every slot of the host pool is allocated once, under the owner
+    ``("staging", component name)``; units are then handed to operations from a free list kept
+    here (a unit is one host page: ``unit_tokens`` slots), each with its operation's owner tag,
+    and taken back at the operation's end. Sub-allocating avoids one pool call per operation,
+    which costs more than the rest of a sidecar's bookkeeping, and works for any host pool
+    (``alloc(count * unit_tokens, owner)`` / ``free`` / ``available_size()``), whether it records
+    owners or not. Units come out in ascending order when the free list allows it.
     """
 
     def __init__(self, component: Component, pool: Any) -> None:
@@ -157,35 +162,53 @@ class UnitStaging:
         self.pool = pool
         self.unit_tokens = component.unit_tokens
         self.units = int(pool.size) // self.unit_tokens
+        self.arena_owner = ("staging", component.name)
+        reserved = pool.alloc(self.units * self.unit_tokens, owner=self.arena_owner)
+        if reserved is None:
+            raise ConfigError(
+                f"component {component.name!r}",
+                "its host pool has slots allocated already; the pipeline needs all of it",
+            )
+        self._free: list[int] = list(range(self.units - 1, -1, -1))
         self.owners: dict[int, object] = {}
 
     @property
     def used(self) -> int:
-        """Units the pool reports allocated."""
-        return (int(self.pool.size) - int(self.pool.available_size())) // self.unit_tokens
+        """Units handed to operations."""
+        return len(self.owners)
 
     @property
     def free(self) -> int:
-        """Units the pool can still hand out."""
-        return int(self.pool.available_size()) // self.unit_tokens
+        """Units not handed out."""
+        return len(self._free)
 
     def alloc(self, count: int, owner: object) -> list[int] | None:
-        """``count`` units tagged ``owner``, or ``None`` when the pool is short."""
-        if count == 0:
-            return []
-        tokens = self.pool.alloc(count * self.unit_tokens, owner=owner)
-        if tokens is None:
+        """``count`` units tagged ``owner``, or ``None`` when too few are free."""
+        free = self._free
+        if count > len(free):
             return None
-        step = self.unit_tokens
-        units: list[int] = tokens.tolist() if step == 1 else [t // step for t in tokens[::step].tolist()]
+        units = [free.pop() for _ in range(count)]
+        owners = self.owners
         for unit in units:
-            self.owners[unit] = owner
+            owners[unit] = owner
         return units
 
     def release(self, units: Sequence[int]) -> None:
-        """Free units (a unit not allocated here raises the pool's error)."""
-        if not units:
-            return
+        """Take units back; a unit not handed out raises :class:`HostPoolError` and nothing is taken."""
+        owners = self.owners
+        if any(unit not in owners for unit in units) or len(set(units)) != len(units):
+            raise HostPoolError(f"{self.component.name} units {list(units)} are not all handed out (double free?)")
         for unit in units:
-            del self.owners[unit]
-        self.pool.free(token_indices(units, self.unit_tokens))
+            del owners[unit]
+        self._free.extend(reversed(units))
+
+    def problems(self) -> str | None:
+        """What is wrong with the arena's own accounting (``None`` when nothing is)."""
+        if len(self._free) + len(self.owners) != self.units or set(self._free) & set(self.owners):
+            return f"{len(self._free)} free + {len(self.owners)} handed out != {self.units} units"
+        if int(self.pool.available_size()) != 0:
+            return f"the host pool has {self.pool.available_size()} slots outside the pipeline's arena"
+        owners = getattr(self.pool, "owners", None)
+        if callable(owners) and set(owners().values()) != {self.arena_owner}:
+            return "host pool slots are allocated to someone other than the pipeline's arena"
+        return None

@@ -24,6 +24,7 @@ class SWAComponent(Component):
     """Sliding-window KV in ``device`` (a :class:`DeviceKVPool` with the SWA layers' geometry)."""
 
     kind: ClassVar[str] = "swa"
+    kv_aligned: ClassVar[bool] = True
 
     def __init__(self, device: DeviceKVPool, window_pages: int, name: str = "swa") -> None:
         if not isinstance(device, DeviceKVPool):
