@@ -22,6 +22,7 @@ from .suite.integrity import IntegrityTests
 from .suite.isolation import IsolationTests
 from .suite.lifecycle import LifecycleTests
 from .suite.model import ModelTests
+from .suite.multi_pool import MultiPoolTests
 from .suite.overwrite import OverwriteTests
 from .suite.roundtrip import RoundTripTests
 from .target import Target, resolve_target
@@ -43,6 +44,7 @@ _MIXINS: tuple[type, ...] = (
     BadInputTests,
     FaultTests,
     ModelTests,
+    MultiPoolTests,
 )
 
 #: Category names in report order.

@@ -58,6 +58,8 @@ class Handle:
         self.spec = spec
         self.config = config
         self.closed = False
+        #: Sidecar pools registered next to the KV pool (names), cleaned up like the KV pool.
+        self.sidecars: tuple[str, ...] = ()
 
     # ----------------------------------------------------------- identity
     @property
@@ -261,6 +263,10 @@ class Harness:
         except BaseException:
             _close_quietly(backend)
             raise
+        return self.adopt(backend, pool, spec, config)
+
+    def adopt(self, backend: Any, pool: Any, spec: PoolSpec, config: HiCacheStorageConfig) -> Handle:
+        """Track an instance built and registered elsewhere (cleaned up and closed with the others)."""
         handle = Handle(self, backend, pool, spec, config)
         self.handles.append(handle)
         if self._caps is None:
@@ -292,8 +298,9 @@ class Harness:
                 if handle in self.stopped:
                     self.start_server(handle)
                 if self.sdk and caps.supports_delete and self.issued_keys:
-                    for begin in range(0, len(self.issued_keys), 512):
-                        handle.backend.delete(self.issued_keys[begin : begin + 512])
+                    for pool in ("kv", *handle.sidecars):
+                        for begin in range(0, len(self.issued_keys), 512):
+                            handle.backend.delete(self.issued_keys[begin : begin + 512], pool=pool)
                 elif caps.supports_clear:
                     handle.backend.clear()
             except Exception as exc:

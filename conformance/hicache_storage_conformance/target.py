@@ -11,10 +11,12 @@ from typing import Any
 from hicache_storage import BackendLoadError, Capabilities, ConfigError, HiCacheStorage
 from hicache_storage.registry import BackendInfo, resolve_backend
 
-__all__ = ["SGLANG_REQUIRED", "Target", "parse_capability_overrides", "resolve_target"]
+__all__ = ["SGLANG_REQUIRED", "V2_METHODS", "Target", "parse_capability_overrides", "resolve_target"]
 
 #: Methods a class must define to be tested through SGLang's surface.
 SGLANG_REQUIRED = ("get", "batch_get", "set", "batch_set", "exists")
+#: Methods of the multi-pool (v2) surface (the ``multi_pool`` category needs them).
+V2_METHODS = ("register_mem_host_pool_v2", "batch_get_v2", "batch_set_v2", "batch_exists_v2")
 
 
 @dataclass
@@ -47,6 +49,11 @@ class Target:
     def has_v1(self) -> bool:
         """Whether the zero-copy v1 calls are available."""
         return all(callable(getattr(self.cls, name, None)) for name in ("batch_get_v1", "batch_set_v1"))
+
+    @property
+    def has_v2(self) -> bool:
+        """Whether the multi-pool (v2) calls and sidecar registration are defined."""
+        return all(callable(getattr(self.cls, name, None)) for name in V2_METHODS)
 
     def construct(self, config: Any) -> Any:
         """Build an instance: ``cls(config)`` for SDK classes; SGLang's ``cls(config, extra_config)`` otherwise."""

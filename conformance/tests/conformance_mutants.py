@@ -13,9 +13,10 @@ from typing import Any
 import torch
 from hicache_storage_conformance.reference import _LOCK, MemoryBackend
 
-from hicache_storage import HiCacheStorageExtraInfo
-from hicache_storage.batch_context import BatchContext
+from hicache_storage import HiCacheStorageExtraInfo, PoolHitPolicy, PoolTransferResult
+from hicache_storage.batch_context import KV_POOL, BatchContext
 from hicache_storage.page_format import decode_into, encode_record
+from hicache_storage.transfer_plan import hit_policy_of
 
 Page = list[memoryview]
 
@@ -25,18 +26,23 @@ class PrefixAsTotal(MemoryBackend):
         return sum(self.batch_exists_each(keys, extra_info))
 
 
+def _rekey_kv(backend: MemoryBackend, **changes: Any) -> None:
+    """Replace fields of the KV pool's registered key space (what every KV storage key is built from)."""
+    entry = backend._hc_pools.get(KV_POOL)
+    entry.keyspace = dataclasses.replace(entry.keyspace, **changes)
+    backend.keyspace = entry.keyspace
+
+
 class IgnoresTpRank(MemoryBackend):
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         super().register_mem_pool_host(mem_pool_host)
-        assert self.keyspace is not None
-        self.keyspace = dataclasses.replace(self.keyspace, tp_rank=0, tp_size=1)
+        _rekey_kv(self, tp_rank=0, tp_size=1)
 
 
 class IgnoresNamespace(MemoryBackend):
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         super().register_mem_pool_host(mem_pool_host)
-        assert self.keyspace is not None
-        self.keyspace = dataclasses.replace(self.keyspace, namespace="")
+        _rekey_kv(self, namespace="")
 
 
 class StaleOverwrite(MemoryBackend):
@@ -139,6 +145,81 @@ class DeleteKeepsPages(MemoryBackend):
         return [True] * len(keys)
 
 
+def _as_kv_keys(backend: MemoryBackend, keys: Sequence[str], context: BatchContext) -> list[str]:
+    """``keys`` of ``context``'s pool turned into the KV pool's storage keys of the same page hashes."""
+    space = context.keyspace
+    head, tail = len(space.prefix), len(space.rank_suffix) + 1
+    kv = backend.pool_keyspace(KV_POOL)
+    return [kv.storage_key(key[head:-tail]) for key in keys]
+
+
+class PoolsShareKeys(MemoryBackend):
+    """Strips the pool out of storage keys: every pool's page of one hash lands on the KV page's key."""
+
+    def write_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
+        return super().write_pages(_as_kv_keys(self, keys, context), pages, context)
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
+        return super().read_pages(_as_kv_keys(self, keys, context), pages, context)
+
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        return super().pages_exist(_as_kv_keys(self, keys, context), context)
+
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        return super().delete_pages(_as_kv_keys(self, keys, context), context)
+
+
+class ClaimsTrailingWindow(MemoryBackend):
+    """batch_exists_v2 never checks a trailing window: it claims every prefix the other pools allow."""
+
+    def batch_exists_v2(
+        self,
+        keys: list[str],
+        pool_transfers: Sequence[Any] | None = None,
+        extra_info: HiCacheStorageExtraInfo | None = None,
+    ) -> PoolTransferResult:
+        transfers = list(pool_transfers or [])
+        windows = [t for t in transfers if hit_policy_of(t) is PoolHitPolicy.TRAILING_PAGES]
+        others = [t for t in transfers if hit_policy_of(t) is not PoolHitPolicy.TRAILING_PAGES]
+        result = super().batch_exists_v2(keys, others, extra_info)
+        for transfer in windows:
+            if result.kv_hit_pages:
+                result.extra_pool_hit_pages[transfer.name] = result.kv_hit_pages
+        return result
+
+
+class SidecarExistsByKVKey(MemoryBackend):
+    """Answers a sidecar page's existence from the KV page of its hash (an index keyed by hash, not pool)."""
+
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        if context.pool != KV_POOL:
+            keys = _as_kv_keys(self, keys, context)
+        return super().pages_exist(keys, context)
+
+
+class SidecarKeysIgnoreGeometry(MemoryBackend):
+    """Sidecar key spaces carry the pool name but not its geometry (state shapes, heads, layers)."""
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        entry = self._hc_pools.get(host_pool_name)
+        if entry.name != KV_POOL:
+            entry.keyspace = dataclasses.replace(entry.keyspace, geometry=())
+
+
+class ValidatesPerTransfer(MemoryBackend):
+    """batch_set_v2 checks and writes one transfer at a time: a bad later transfer leaves earlier ones written."""
+
+    def batch_set_v2(
+        self, transfers: Sequence[Any], extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> dict[Any, list[bool]]:
+        results: dict[Any, list[bool]] = {}
+        for transfer in transfers:
+            for name, flags in super().batch_set_v2([transfer], extra_info).items():
+                results[name] = results.get(name, []) + flags
+        return results
+
+
 #: name → (rule broken, category expected to catch it)
 MUTANTS: dict[str, tuple[str, str]] = {
     "PrefixAsTotal": ("batch_exists returns the total count of hits, not the leading run", "batch"),
@@ -153,4 +234,12 @@ MUTANTS: dict[str, tuple[str, str]] = {
     "FlipsByte": ("one byte of every page is flipped on write", "roundtrip"),
     "IgnoresNamespace": ("storage keys ignore the namespace", "isolation"),
     "DeleteKeepsPages": ("delete reports success but the pages stay readable", "delete"),
+    "PoolsShareKeys": ("storage keys ignore the pool: a Mamba page and the KV page of one hash alias", "multi_pool"),
+    "ClaimsTrailingWindow": ("batch_exists_v2 reports trailing windows it does not hold", "multi_pool"),
+    "SidecarExistsByKVKey": (
+        "a sidecar page exists wherever the KV page of its hash does: restorable prefixes it cannot load",
+        "multi_pool",
+    ),
+    "SidecarKeysIgnoreGeometry": ("sidecar storage keys ignore the pool's geometry", "multi_pool"),
+    "ValidatesPerTransfer": ("batch_set_v2 writes earlier transfers before rejecting a bad one", "multi_pool"),
 }

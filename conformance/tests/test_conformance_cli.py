@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from hicache_storage_conformance.cli import main
 
+from hicache_storage import API_VERSION
+
 HERE = Path(__file__).resolve().parent
 REFERENCE = "hicache_storage_conformance.reference:MemoryBackend"
 
@@ -39,7 +41,7 @@ def test_passing_backend_report_json_and_junit(tmp_path: Path) -> None:
     data = json.loads(report.read_text())
     assert data["summary"] == {"passed": 13, "failed": 0, "skipped": 1}
     assert {r["category"] for r in data["results"]} == {"lifecycle", "batch", "eviction"}
-    assert data["header"]["api_version"] == "1.0"
+    assert data["header"]["api_version"] == API_VERSION
     cases = ET.parse(junit).getroot().iter("testcase")
     assert len(list(cases)) == 14
 
@@ -56,6 +58,21 @@ def test_capability_override_switches_tests_off() -> None:
     assert done.returncode == 0
     assert "capability persistent not declared" in done.stdout
     assert "overridden: False" in done.stdout
+
+
+def test_multi_pool_runs_by_default_and_is_gated_by_its_capability(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    done = run_cli(REFERENCE, "--only", "multi_pool", "--json", str(report))
+    assert done.returncode == 0, done.stdout[-2000:]
+    data = json.loads(report.read_text())
+    assert data["header"]["capabilities"]["multi_pool"] is True
+    assert {r["category"] for r in data["results"]} == {"multi_pool"}
+    assert data["summary"]["failed"] == 0 and data["summary"]["passed"] >= 25, data["summary"]
+    off = run_cli(REFERENCE, "--only", "multi_pool", "--capability-override", "multi_pool=false", "--json", str(report))
+    assert off.returncode == 0
+    assert re.search(r"^0 passed, 0 failed, \d+ skipped$", off.stdout, re.MULTILINE), off.stdout[-400:]
+    reasons = {r["reason"] for r in json.loads(report.read_text())["results"]}
+    assert reasons == {"capability multi_pool not declared"}, reasons
 
 
 @pytest.mark.parametrize(
