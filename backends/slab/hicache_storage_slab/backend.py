@@ -110,6 +110,7 @@ class SlabBackend(HiCacheStorage):
                     geometry,
                     direct_io=options.direct_io,
                     durable=options.fsync,
+                    zero_fill=options.zero_fill,
                     bump=self.stats.bump,
                 )
             except OSError as error:

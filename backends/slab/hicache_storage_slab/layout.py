@@ -3,12 +3,14 @@
 A key space's slab is ``files`` files named ``<key space prefix>slab-<i>``. Each file is::
 
     [superblock: 4 KiB]
-    [slot headers: sets_per_file x ways x 64 B, padded to 4 KiB]
+    [slot headers: sets_per_file x ways x 64 B, padded to the slots' alignment]
     [slots: sets_per_file x ways x slot_bytes]
 
-``slot_bytes`` is the page size rounded up to 4 KiB, so every slot starts on a 4 KiB boundary (what
-``O_DIRECT`` needs). Set ``s`` lives in file ``s % files`` as local set ``s // files``; the headers
-of one set are contiguous (one small ``pread`` finds a key), its slots too.
+``slot_bytes`` is the page size rounded up to 4 KiB, and the slots start at a multiple of the largest
+power of two (up to 2 MiB) dividing it: every slot starts on a 4 KiB boundary (what ``O_DIRECT``
+needs), and a 512 KiB slot on a 512 KiB one (one large folio in the page cache). Set ``s`` lives in
+file ``s % files`` as local set ``s // files``; the headers of one set are contiguous (one small
+``pread`` finds a key), its slots too.
 
 Slot header (64 bytes, little-endian)::
 
@@ -65,6 +67,8 @@ __all__ = [
 BLOCK = 4096
 ENTRY_SIZE = 64
 SUPERBLOCK_SIZE = BLOCK
+#: Largest alignment of the slot area (see :func:`_slot_alignment`).
+SLOT_ALIGN_MAX = 2 << 20
 FORMAT_VERSION = 1
 
 EMPTY = 0
@@ -169,7 +173,7 @@ class Geometry:
             raise ConfigError("mem_pool_host", f"pages must hold at least one byte, got {page_bytes}")
         slot_bytes = _round_up(page_bytes, BLOCK)
         files = max(1, math.ceil(capacity_bytes / file_bytes))
-        usable = capacity_bytes - files * (SUPERBLOCK_SIZE + BLOCK)
+        usable = capacity_bytes - files * (SUPERBLOCK_SIZE + BLOCK + _slot_alignment(slot_bytes))
         slots = usable // (slot_bytes + ENTRY_SIZE)
         if slots < 1:
             raise ConfigError(
@@ -192,7 +196,9 @@ class Geometry:
 
     @property
     def data_offset(self) -> int:
-        return SUPERBLOCK_SIZE + _round_up(self.sets_per_file * self.ways * ENTRY_SIZE, BLOCK)
+        """Start of the slots: past the headers, at a multiple of the slots' alignment."""
+        headers_end = SUPERBLOCK_SIZE + _round_up(self.sets_per_file * self.ways * ENTRY_SIZE, BLOCK)
+        return _round_up(headers_end, _slot_alignment(self.slot_bytes))
 
     @property
     def file_size(self) -> int:
@@ -264,6 +270,12 @@ def parse_superblock(raw: bytes) -> tuple[Geometry, int, bytes]:
     if raw[:SUPERBLOCK_SIZE] != encode_superblock(geometry, index, bytes(tag)):
         raise SuperblockError("inconsistent superblock")
     return geometry, index, bytes(tag)
+
+
+def _slot_alignment(slot_bytes: int) -> int:
+    """The largest power of two (at most 2 MiB) that divides ``slot_bytes``: every slot starts on a
+    multiple of it, so the page cache can hold a slot in large folios (512 KiB pages: one folio)."""
+    return min(SLOT_ALIGN_MAX, slot_bytes & -slot_bytes)
 
 
 def _round_up(value: int, multiple: int) -> int:

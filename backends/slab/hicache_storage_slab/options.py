@@ -26,7 +26,10 @@ class SlabOptions:
     ``io_threads``: threads that move the pages of one batch (``None`` = ``min(4, CPU count)``, 1 = the
     calling thread only); ``direct_io``: open the slabs with ``O_DIRECT`` where the file system allows
     it (pages whose memory is not block-aligned still go through the page cache); ``fsync``: make a
-    batch durable before it is acknowledged (payloads synced before any header commits them)."""
+    batch durable before it is acknowledged (payloads synced before any header commits them);
+    ``zero_fill``: write zeros over a new slab once when it is created, so no slot is a fallocated
+    ("unwritten") block the file system must convert on its first write (slower creation, full speed
+    from the first write; without it the first pass over the slab runs slower)."""
 
     path: str | None = None
     capacity_bytes: int = 1 << 30
@@ -36,6 +39,7 @@ class SlabOptions:
     io_threads: int | None = None
     direct_io: bool = False
     fsync: bool = False
+    zero_fill: bool = False
 
     def __post_init__(self) -> None:
         if self.path is not None and not self.path.strip():

@@ -115,7 +115,15 @@ class Slab:
     """The slab of one key space: files, geometry, and page I/O through the slot protocol."""
 
     def __init__(
-        self, root: str, prefix: str, geometry: Geometry, *, direct_io: bool, durable: bool, bump: Bump
+        self,
+        root: str,
+        prefix: str,
+        geometry: Geometry,
+        *,
+        direct_io: bool,
+        durable: bool,
+        bump: Bump,
+        zero_fill: bool = False,
     ) -> None:
         self.root = root
         self.prefix = prefix
@@ -128,7 +136,9 @@ class Slab:
         self._pending: list[set[tuple[int, int]]] = [set() for _ in range(_STRIPES)]
         self._writer_base = secrets.randbits(32) << 32
         self._writes = itertools.count(1)
-        self.files: list[SlabFile] = _open_files(root, prefix, geometry, self._tag, durable=durable, bump=bump)
+        self.files: list[SlabFile] = _open_files(
+            root, prefix, geometry, self._tag, durable=durable, zero_fill=zero_fill, bump=bump
+        )
         self.direct_io = False
         if direct_io:
             self.direct_io = _attach_direct(self.files, bump)
@@ -448,7 +458,9 @@ def _aligned(page: Sequence[memoryview]) -> bool:
 
 
 # ---------------------------------------------------------------- opening and creating
-def _open_files(root: str, prefix: str, geometry: Geometry, tag: bytes, *, durable: bool, bump: Bump) -> list[SlabFile]:
+def _open_files(
+    root: str, prefix: str, geometry: Geometry, tag: bytes, *, durable: bool, zero_fill: bool, bump: Bump
+) -> list[SlabFile]:
     """Open the slab's files, creating (or re-creating) under an advisory lock those that do not fit.
 
     ``durable``: sync a new file and its directory entry (otherwise a crash may lose a new, empty slab,
@@ -460,7 +472,11 @@ def _open_files(root: str, prefix: str, geometry: Geometry, tag: bytes, *, durab
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # creation only: page I/O never takes it
         for index in range(geometry.files):
             path = os.path.join(root, slab_file_name(prefix, index))
-            files.append(SlabFile(path, _open_or_create(path, geometry, index, tag, durable=durable, bump=bump)))
+            files.append(
+                SlabFile(
+                    path, _open_or_create(path, geometry, index, tag, durable=durable, zero_fill=zero_fill, bump=bump)
+                )
+            )
         surplus = geometry.files
         while os.path.exists(os.path.join(root, slab_file_name(prefix, surplus))):
             os.unlink(os.path.join(root, slab_file_name(prefix, surplus)))  # left over from a larger slab
@@ -474,7 +490,9 @@ def _open_files(root: str, prefix: str, geometry: Geometry, tag: bytes, *, durab
     return files
 
 
-def _open_or_create(path: str, geometry: Geometry, index: int, tag: bytes, *, durable: bool, bump: Bump) -> int:
+def _open_or_create(
+    path: str, geometry: Geometry, index: int, tag: bytes, *, durable: bool, zero_fill: bool, bump: Bump
+) -> int:
     try:
         fd = os.open(path, os.O_RDWR | _CLOEXEC)
     except FileNotFoundError:
@@ -493,6 +511,8 @@ def _open_or_create(path: str, geometry: Geometry, index: int, tag: bytes, *, du
     fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
     try:
         _preallocate(fd, geometry.file_size, bump)
+        if zero_fill:
+            _zero_fill(fd, SUPERBLOCK_SIZE, geometry.file_size)
         os.pwrite(fd, encode_superblock(geometry, index, tag), 0)
         if durable:
             os.fsync(fd)
@@ -517,6 +537,20 @@ def _preallocate(fd: int, size: int, bump: Bump) -> None:
             raise
         bump("fallocate_unsupported")
         os.ftruncate(fd, size)
+
+
+def _zero_fill(fd: int, begin: int, end: int) -> None:
+    """Write zeros over ``[begin, end)`` (turning fallocated blocks into written ones), then drop them
+    from the page cache."""
+    chunk = memoryview(bytes(8 << 20))
+    offset = begin
+    while offset < end:
+        written = os.pwrite(fd, chunk[: min(len(chunk), end - offset)], offset)
+        if written <= 0:
+            raise OSError(errno.EIO, "could not zero-fill the slab")
+        offset += written
+    os.fdatasync(fd)
+    os.posix_fadvise(fd, begin, end - begin, os.POSIX_FADV_DONTNEED)
 
 
 def _fsync_directory(directory: str) -> None:

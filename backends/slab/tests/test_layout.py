@@ -48,6 +48,9 @@ def test_geometry_fits_capacity_and_aligns_slots(page_bytes: int, capacity: int,
     assert geometry.file_size <= max(file_bytes, geometry.data_offset + geometry.ways * geometry.slot_bytes)
     offsets = {geometry.slot_offset(s, w) for s in range(geometry.sets_per_file) for w in range(geometry.ways)}
     assert len(offsets) == geometry.sets_per_file * geometry.ways
+    alignment = min(2 << 20, geometry.slot_bytes & -geometry.slot_bytes)  # 512 KiB pages: 512 KiB-aligned slots
+    assert all(offset % alignment == 0 for offset in offsets)
+    assert geometry.data_offset >= 4096 + geometry.sets_per_file * geometry.ways * ENTRY_SIZE
     assert max(offsets) + geometry.slot_bytes == geometry.file_size
 
 

@@ -228,6 +228,24 @@ def test_restart_serves_pages_and_a_new_geometry_replaces_the_slab(tmp_path: Pat
     larger.close()
 
 
+def test_zero_fill_writes_the_new_slab_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _Calls(monkeypatch)
+    pool = make_pool()
+    backend = make_backend(tmp_path, pool, capacity_bytes=1 << 20, zero_fill=True)
+    assert len(backend.slab_files()) == 1
+    geometry = backend.slab(backend.pool_keyspace()).geometry
+    zeroed = sum(len(args[0]) for _fd, (args, _t) in calls.of("pwrite") if len(args[0]) > 4096)
+    assert zeroed == geometry.file_size - 4096  # everything past the superblock
+    keys = kit.random_keys(3)
+    assert backend.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert read_back(backend, keys, 4) == [True] * 3
+    assert [page_bytes(pool, 4 + i) for i in range(3)] == [page_bytes(pool, i) for i in range(3)]
+    backend.close()
+    again = make_backend(tmp_path, make_pool(), capacity_bytes=1 << 20, zero_fill=True)  # an existing slab is kept
+    assert again.stats.get("slabs_created") == 0 and again.batch_exists_each(keys) == [True] * 3
+    again.close()
+
+
 def test_a_damaged_superblock_replaces_the_slab(tmp_path: Path) -> None:
     backend = make_backend(tmp_path)
     keys = kit.random_keys(3)
