@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from .engine import MODES, EngineConfig, ModelShape, run_replay
+from .models import PRESETS, ModelPreset, load_model
 from .oracle import oracle_block_hits
 from .report import ModeResult, comparison_table
 from .trace import read_trace
@@ -53,6 +54,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shape = parser.add_mutually_exclusive_group()
     shape.add_argument("--model-shape", help="KV geometry layers,kv_heads,head_dim,dtype (e.g. 32,8,128,bfloat16)")
     shape.add_argument("--bytes-per-token", type=int, help="KV bytes per token (default 32: small, fast runs)")
+    parser.add_argument(
+        "--model",
+        help=f"model geometry: a preset ({', '.join(PRESETS)}) or a JSON file; real bytes are scaled to "
+        "--bytes-per-token per KV token, sidecar units alike",
+    )
+    parser.add_argument(
+        "--checkpoint-tokens", type=int, help="with --model: tokens between kept sidecar states (0: run ends only)"
+    )
+    parser.add_argument(
+        "--model-io-gbps",
+        type=float,
+        help="with --model and the sim backend: charge model-sized I/O at this bandwidth (sets sim_write_gbps "
+        "to it times the real/model byte ratio)",
+    )
     parser.add_argument("--prefill-tokens-per-s", type=float, default=20_000.0, help="prefill rate for TTFT")
     parser.add_argument("--no-clear", action="store_true", help="do not clear the backend before each mode")
     parser.add_argument("--json", help="write the results to this JSON file")
@@ -66,6 +81,16 @@ def _shape(args: argparse.Namespace) -> ModelShape:
     return ModelShape.from_bytes_per_token(args.bytes_per_token if args.bytes_per_token is not None else 32)
 
 
+def _model(args: argparse.Namespace) -> ModelPreset | None:
+    if args.model is None:
+        if args.checkpoint_tokens is not None or args.model_io_gbps is not None:
+            raise ValueError("--checkpoint-tokens and --model-io-gbps need --model")
+        return None
+    if args.model_shape:
+        raise ValueError("--model sets the KV geometry; use --bytes-per-token for the real bytes per token")
+    return load_model(args.model, args.checkpoint_tokens)
+
+
 def main(args: argparse.Namespace, console: Console) -> int:
     """Run the ``replay`` sub-command; returns the exit status."""
     from ..commands import parse_json_option
@@ -74,6 +99,13 @@ def main(args: argparse.Namespace, console: Console) -> int:
     if args.requests is not None and args.requests < 1:
         raise ValueError(f"--requests must be positive, got {args.requests}")
     options = parse_json_option(args.config)
+    model = _model(args)
+    if args.model_io_gbps is not None:
+        if args.backend != "sim" or not args.model_io_gbps > 0:
+            raise ValueError("--model-io-gbps needs --backend sim and a positive bandwidth")
+        assert model is not None
+        real = _shape(args)
+        options["sim_write_gbps"] = args.model_io_gbps * 2 * real.head_dim / model.kv_bytes_per_token
     requests = read_trace(args.trace, block_tokens=args.block_tokens, limit=args.requests)
     configs = [
         EngineConfig(
@@ -84,6 +116,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             block_tokens=args.block_tokens,
             shape=_shape(args),
             prefill_tokens_per_s=args.prefill_tokens_per_s,
+            model=model,
         )
         for mode in modes
     ]
@@ -107,6 +140,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
             )
     blocks = oracle_block_hits(requests)
     title = f"trace replay: {Path(args.trace).name}, {len(requests):,} requests, page {args.page_size} tokens"
+    if model is not None:
+        title += f", model {model.name}"
     console.print(comparison_table(results, title=title))
     console.print(
         f"oracle (infinite cache): {blocks.rate:.1%} of {blocks.total:,} input blocks are prefix hits; "
@@ -119,6 +154,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
             "requests": len(requests),
             "oracle_block_hit_rate": blocks.rate,
             "oracle_blocks": {"hits": blocks.hits, "total": blocks.total},
+            "model": model.describe() if model is not None else None,
+            "backend_options": options,
             "results": [r.as_dict() for r in results],
         }
         Path(args.json).write_text(json.dumps(payload, indent=2), encoding="utf-8")
@@ -127,4 +164,4 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
         for path in plot_results(results, args.plot, prefix=args.plot_prefix):
             console.print(f"wrote {path}")
-    return 1 if any(r.corrupt_pages for r in results) else 0
+    return 1 if any(r.corrupt_pages or r.corrupt_units for r in results) else 0

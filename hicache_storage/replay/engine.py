@@ -5,12 +5,19 @@ tier load what follows (host hits, then storage hits), recompute the rest (the t
 always), keep the pages on the device, and back up the computed ones. Requests run one after another,
 each finishing its loads and backups before the next arrives: the model measures what each tier can
 hold, not queueing or contention. TTFT = recomputed tokens / prefill rate + load I/O time.
+
+With a hybrid model (:mod:`.models`) a prefix is usable only where its sidecar state is too. The
+device keeps states at checkpoints (the end of each computed run, every ``checkpoint_tokens``
+inside it, and where a load ended), an LRU as large as the model's device state memory allows; a
+device hit ends at the last checkpoint within the KV match, and the KV pages beyond it are
+dropped and recomputed or loaded again.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,11 +28,14 @@ from ..interface import HiCacheStorage
 from ..pipeline.device_pool import DeviceKVPool
 from ..registry import load_backend
 from .buffer_tier import BufferOnlyTier
+from .hybrid_cache import HybridCacheTier
 from .kvdata import fill_pages, pool_bytes
-from .oracle import oracle_page_hits
+from .models import ModelPreset, ReplayGeometry
+from .oracle import oracle_hybrid, oracle_page_hits
 from .pages import PageHasher
 from .prefix_cache import PageLRU
 from .report import ModeResult, RequestRecord
+from .sidecars import Checkpoints, build_components, span_ends
 from .storage_io import StorageIO, io_seconds, io_summary
 from .tiers import CacheTier, HostTier, NoTier
 from .trace import TraceRequest
@@ -81,6 +91,7 @@ class EngineConfig:
     block_tokens: int = 512
     shape: ModelShape = ModelShape()
     prefill_tokens_per_s: float = 20_000.0
+    model: ModelPreset | None = None  # a model geometry; its KV gets ``shape``'s bytes per token
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -107,6 +118,21 @@ class EngineConfig:
     def host_pages(self) -> int:
         return max(1, math.ceil(self.device_pages * self.ratio)) if self.mode != "none" else 0
 
+    def geometry(self) -> ReplayGeometry | None:
+        """The model as replayed (``None`` without a model)."""
+        if self.model is None:
+            return None
+        real = 2 * self.shape.layers * self.shape.kv_heads * self.shape.head_dim * _itemsize(self.shape.dtype)
+        return ReplayGeometry.build(self.model, self.page_size, real, self.device_tokens)
+
+
+def _itemsize(dtype: str) -> int:
+    import torch
+
+    from ..host_pool import parse_dtype
+
+    return int(torch.empty((), dtype=parse_dtype(dtype)).element_size())
+
 
 class ReplayEngine:
     """Runs requests through the model for one mode; ``backend`` is ``None`` only in mode ``none``."""
@@ -116,7 +142,9 @@ class ReplayEngine:
             raise ValueError(f"mode {config.mode!r} needs a storage backend")
         self.config = config
         self.hasher = PageHasher(config.page_size, config.block_tokens)
-        geometry = {"page_size": config.page_size, "layout": "page_first", **config.shape.pool_kwargs()}
+        self.geometry = config.geometry()
+        kv_shape = config.shape.pool_kwargs() if self.geometry is None else self.geometry.kv_pool_kwargs()
+        geometry = {"page_size": config.page_size, "layout": "page_first", **kv_shape}
         self.device_pool = DeviceKVPool(num_pages=config.device_pages, **geometry)
         self.device_pool.alloc(self.device_pool.size, owner="cache")  # the device cache owns every page
         self.device = pool_bytes(self.device_pool)
@@ -124,14 +152,37 @@ class ReplayEngine:
         self.backend = backend
         self.tier: HostTier = NoTier()
         self.records: list[RequestRecord] = []
+        self.units_loaded: Counter[str] = Counter()
+        hybrid = self.geometry is not None and self.geometry.model.hybrid
+        self.components = build_components(self.geometry) if self.geometry is not None and hybrid else []
+        self.checkpoints = Checkpoints(self.geometry.device_checkpoints) if self.geometry is not None else None
+        every = self.geometry.checkpoint_pages if self.geometry is not None else 0
         if config.mode == "none" or backend is None:
             return
         if config.mode == "cache":
             host = HostKVPool(num_pages=config.host_pages, pin_memory=False, **geometry)
             backend.register_mem_pool_host(host)
-            self.tier = CacheTier(self.device, host, StorageIO(backend, host))
+            if self.components:
+                self.tier = HybridCacheTier(
+                    self.device,
+                    host,
+                    StorageIO(backend, host),
+                    backend,
+                    components=self.components,
+                    host_ratio=config.ratio,
+                    checkpoint_pages=every,
+                )
+            else:
+                self.tier = CacheTier(self.device, host, StorageIO(backend, host))
         else:
-            self.tier = BufferOnlyTier(self.device, self.device_pool, backend, host_ratio=config.ratio)
+            self.tier = BufferOnlyTier(
+                self.device,
+                self.device_pool,
+                backend,
+                host_ratio=config.ratio,
+                components=self.components,
+                checkpoint_pages=every,
+            )
 
     @property
     def page_bytes(self) -> int:
@@ -142,7 +193,11 @@ class ReplayEngine:
         page = self.config.page_size
         if hashes is None:
             hashes = self.hasher.hashes(request)
-        hit = self.cache.match(hashes)
+        hit = kv_match = self.cache.match(hashes)
+        if self.components:
+            assert self.checkpoints is not None
+            hit = self.checkpoints.best(hashes, kv_match)  # a device hit needs the state at its end
+            self.cache.discard(hashes[hit:kv_match])  # recomputed or loaded again from there
         self.cache.touch(hashes[:hit])
         slots = self.cache.reserve(len(hashes) - hit, protect=hashes[:hit])
         before = io_seconds(self.backend) if self.backend is not None else 0.0
@@ -154,6 +209,14 @@ class ReplayEngine:
         for page_hash, slot in zip(hashes[hit:kept], slots, strict=True):
             self.cache.insert(page_hash, slot)
         self.cache.touch(hashes[:kept])
+        lost = 0
+        if self.components:
+            assert self.checkpoints is not None and self.geometry is not None
+            if ready > hit:
+                self.checkpoints.add(hashes, ready)
+            for end in span_ends(ready, kept, self.geometry.checkpoint_pages):
+                self.checkpoints.add(hashes, end)
+            lost = max(0, max(kv_match, hit + loaded.kv_pages) - ready) * page
         self.tier.backup(hashes, ready, kept, slots[ready - hit :])
         recomputed = request.input_length - ready * page
         record = RequestRecord(
@@ -167,7 +230,10 @@ class ReplayEngine:
             uncached_tokens=(len(hashes) - kept) * page,
             io_seconds=load_seconds,
             ttft_seconds=recomputed / self.config.prefill_tokens_per_s + load_seconds,
+            lost_tokens=lost,
         )
+        for key, count in loaded.units.items():
+            self.units_loaded[key] += count
         self.records.append(record)
         return record
 
@@ -200,6 +266,11 @@ def run_replay(
                 progress(64 if number % 64 == 0 else number % 64)
         wall = time.perf_counter() - begin
         oracle = oracle_page_hits(requests, engine.hasher, all_hashes)
+        hybrid = None
+        if engine.components and engine.geometry is not None:
+            hybrid = oracle_hybrid(
+                requests, engine.hasher, all_hashes, engine.components, engine.geometry.checkpoint_pages
+            )
         return ModeResult.build(
             config=config,
             backend=backend if instance is not None else None,
@@ -211,7 +282,37 @@ def run_replay(
             page_bytes=engine.page_bytes,
             host_pages=engine.tier.host_pool_pages,
             wall_seconds=wall,
+            hybrid_oracle=hybrid,
+            components=_component_summary(engine, instance),
         )
     finally:
         if instance is not None:
             instance.close()
+
+
+def _component_summary(engine: ReplayEngine, backend: HiCacheStorage | None) -> dict[str, Any]:
+    """Per sidecar: geometry (real and model unit bytes), units loaded by tier, host units, corrupt units."""
+    geometry = engine.geometry
+    if geometry is None:
+        return {}
+    if not engine.components:
+        return {"_scale": geometry.scale}
+    tier = engine.tier
+    host_units: dict[str, int] = dict(getattr(tier, "host_units", {}))
+    out: dict[str, Any] = {}
+    for side, component in zip(geometry.sidecars, engine.components, strict=True):
+        name = component.name
+        out[name] = {
+            "kind": side.spec.kind,
+            "window_pages": side.window,
+            "unit_bytes": side.real_unit_bytes,
+            "model_unit_bytes": side.model_unit_bytes,
+            "device_units": side.device_units,
+            "host_units": host_units.get(name, 0),
+            "units_from_host": engine.units_loaded.get(f"{name}/host", 0),
+            "units_from_storage": engine.units_loaded.get(f"{name}/storage", 0),
+        }
+    out["_corrupt_units"] = int(getattr(tier, "corrupt_units", 0))
+    out["_device_checkpoints"] = geometry.device_checkpoints
+    out["_scale"] = geometry.scale
+    return out

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..pipeline.components import Component
 from .pages import PageHasher
+from .sidecars import span_ends
 from .trace import TraceRequest
 
-__all__ = ["OracleResult", "oracle_block_hits", "oracle_page_hits"]
+__all__ = ["HybridOracle", "OracleResult", "oracle_block_hits", "oracle_hybrid", "oracle_page_hits"]
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,65 @@ def oracle_page_hits(
         hits += matched * hasher.page_size
         seen.update(hashes[matched:])
     return OracleResult(hits, total, "tokens")
+
+
+@dataclass(frozen=True)
+class HybridOracle:
+    """The infinite cache of a hybrid model: a prefix counts only where KV and every sidecar's units exist.
+
+    ``hits``: tokens of those prefixes; ``kv_hits``: tokens of the KV-only prefixes; ``lost``:
+    ``kv_hits - hits``; ``lost_by_component``: tokens each sidecar alone would cut from the KV
+    prefixes (they overlap when several sidecars are missing at once).
+    """
+
+    hits: int
+    kv_hits: int
+    total: int
+    lost_by_component: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lost(self) -> int:
+        return self.kv_hits - self.hits
+
+
+def oracle_hybrid(
+    requests: Sequence[TraceRequest],
+    hasher: PageHasher,
+    page_hashes: Sequence[list[str]] | None,
+    components: Sequence[Component],
+    checkpoint_pages: int,
+) -> HybridOracle:
+    """Replay an infinite store that keeps every KV page ever computed and every sidecar unit the engine saves.
+
+    The engine saves sidecar state where the replay does (the end of each computed run and every
+    ``checkpoint_pages`` inside it) and the store keeps all a restore there needs (an SWA
+    component's whole window), so no replay can restore a prefix this oracle does not count.
+    """
+    seen: set[str] = set()
+    units: dict[str, set[str]] = {c.name: set() for c in components}
+    hits = kv_hits = total = 0
+    lost: dict[str, int] = {c.name: 0 for c in components}
+    page = hasher.page_size
+    for number, request in enumerate(requests):
+        hashes = page_hashes[number] if page_hashes is not None else hasher.hashes(request)
+        total += request.input_length
+        kv = 0
+        while kv < len(hashes) and hashes[kv] in seen:
+            kv += 1
+        end = _restorable(components, units, hashes, kv)
+        hits += end * page
+        kv_hits += kv * page
+        for component in components:
+            lost[component.name] += (kv - _restorable([component], units, hashes, kv)) * page
+        seen.update(hashes)
+        for stop in span_ends(end, len(hashes), checkpoint_pages):
+            for component in components:
+                units[component.name].update(hashes[p] for p in component.restore_positions(0, stop))
+    return HybridOracle(hits, kv_hits, total, lost)
+
+
+def _restorable(components: Sequence[Component], units: dict[str, set[str]], hashes: list[str], limit: int) -> int:
+    for end in range(limit, 0, -1):
+        if all(hashes[p] in units[c.name] for c in components for p in c.restore_positions(0, end)):
+            return end
+    return 0

@@ -66,6 +66,13 @@ class PageLRU:
         take = min(count, len(self._free))
         return [self._free.pop() for _ in range(take)]
 
+    def discard(self, hashes: Sequence[str]) -> None:
+        """Drop cached pages (their slots become free)."""
+        for page_hash in hashes:
+            slot = self._slots.pop(page_hash, None)
+            if slot is not None:
+                self._free.append(slot)
+
     def insert(self, page_hash: str, slot: int) -> None:
         """Record ``page_hash`` as held in ``slot`` (most recently used)."""
         self._slots[page_hash] = slot

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from rich.table import Table
 
-from .oracle import OracleResult
+from .oracle import HybridOracle, OracleResult
 
 if TYPE_CHECKING:
     from .engine import EngineConfig
@@ -30,6 +30,7 @@ class RequestRecord:
     uncached_tokens: int
     io_seconds: float
     ttft_seconds: float
+    lost_tokens: int = 0  # whose KV was cached or stored, recomputed because a sidecar was missing
 
 
 def percentiles(values: list[float], points: tuple[int, ...] = (50, 90, 99)) -> dict[str, float]:
@@ -61,6 +62,11 @@ class ModeResult:
     gate_drops: dict[str, int]
     corrupt_pages: int
     wall_seconds: float
+    model: dict[str, Any] | None = None
+    oracle_kv_hit_tokens: int = 0
+    oracle_lost_by_component: dict[str, int] = field(default_factory=dict)
+    lost_tokens: int = 0
+    components: dict[str, Any] = field(default_factory=dict)
     records: list[RequestRecord] = field(default_factory=list, repr=False)
 
     @classmethod
@@ -77,7 +83,10 @@ class ModeResult:
         page_bytes: int,
         host_pages: int,
         wall_seconds: float,
+        hybrid_oracle: HybridOracle | None = None,
+        components: dict[str, Any] | None = None,
     ) -> ModeResult:
+        """Summarise a run; with a hybrid model the ceiling is the hybrid oracle (KV and every sidecar)."""
         return cls(
             mode=config.mode,
             backend=backend,
@@ -94,12 +103,17 @@ class ModeResult:
             },
             recomputed_tokens=sum(r.recomputed_tokens for r in records),
             uncached_tokens=sum(r.uncached_tokens for r in records),
-            oracle_hit_tokens=oracle.hits,
+            oracle_hit_tokens=hybrid_oracle.hits if hybrid_oracle is not None else oracle.hits,
             ttft_seconds=percentiles([r.ttft_seconds for r in records]),
             io=io or {"time_source": None},
             gate_drops=dict(gate_drops),
             corrupt_pages=corrupt_pages,
             wall_seconds=wall_seconds,
+            model=config.model.describe() if config.model is not None else None,
+            oracle_kv_hit_tokens=oracle.hits,
+            oracle_lost_by_component=dict(hybrid_oracle.lost_by_component) if hybrid_oracle is not None else {},
+            lost_tokens=sum(r.lost_tokens for r in records),
+            components=dict(components or {}),
             records=records,
         )
 
@@ -118,8 +132,24 @@ class ModeResult:
         data["hit_rate"] = {tier: self.rate(n) for tier, n in self.hit_tokens.items()}
         data["hit_rate"]["total"] = self.rate(self.total_hit_tokens)
         data["oracle_hit_rate"] = self.rate(self.oracle_hit_tokens)
+        data["oracle_kv_hit_rate"] = self.rate(self.oracle_kv_hit_tokens)
         data["host_bytes"] = self.host_pages * self.page_bytes
+        data["ttft_ms"] = {point: seconds * 1e3 for point, seconds in self.ttft_seconds.items()}
+        scale = self.components.get("_scale")
+        if scale and self.backend:
+            data["model_bytes_written"] = self.io["bytes_written"] / scale
+            data["model_bytes_read"] = self.io["bytes_read"] / scale
         return data
+
+    @property
+    def sidecars(self) -> dict[str, dict[str, Any]]:
+        """Per sidecar component: its summary row (empty for a KV-only model)."""
+        return {name: row for name, row in self.components.items() if not name.startswith("_")}
+
+    @property
+    def corrupt_units(self) -> int:
+        """Sidecar units that came back with wrong bytes."""
+        return int(self.components.get("_corrupt_units", 0))
 
 
 def _label(result: ModeResult) -> str:
@@ -147,17 +177,42 @@ def comparison_table(results: list[ModeResult], title: str = "trace replay") -> 
         row(f"hit {tier}", lambda r, t=tier: f"{r.rate(r.hit_tokens[t]):.1%}")
     row("hit total", lambda r: f"{r.rate(r.total_hit_tokens):.1%}")
     row("oracle ceiling", lambda r: f"{r.rate(r.oracle_hit_tokens):.1%}")
+    hybrid = any(r.sidecars for r in results)
+    if hybrid:
+        row("  of which KV-only ceiling", lambda r: f"{r.rate(r.oracle_kv_hit_tokens):.1%}")
+        row("lost: sidecar missing (tokens)", lambda r: f"{r.lost_tokens:,}")
+        names = sorted({name for r in results for name in r.sidecars})
+        for name in names:
+            row(f"{name} units host / storage", lambda r, n=name: _units(r, n))
     row("recomputed tokens", lambda r: f"{r.recomputed_tokens:,}")
     for point in ("p50", "p90", "p99"):
         row(f"TTFT {point} (ms)", lambda r, p=point: f"{r.ttft_seconds[p] * 1e3:,.1f}")
     row("load I/O (s)", lambda r: f"{r.io['seconds']['exists'] + r.io['seconds']['get']:.3f}" if r.backend else "-")
     row("MiB written", lambda r: _mib(r.io["bytes_written"]) if r.backend else "-")
     row("MiB read", lambda r: _mib(r.io["bytes_read"]) if r.backend else "-")
+    if any(r.components.get("_scale") for r in results):
+        row("model GiB written / read", _model_gib)
     row("storage calls e/g/s", lambda r: _calls(r.io) if r.backend else "-")
     row("backups dropped (pages)", lambda r: _drops(r.gate_drops))
     row("corrupt pages", lambda r: str(r.corrupt_pages))
+    if hybrid:
+        row("corrupt sidecar units", lambda r: str(r.corrupt_units))
     row("replay wall (s)", lambda r: f"{r.wall_seconds:.1f}")
     return table
+
+
+def _units(result: ModeResult, name: str) -> str:
+    row = result.sidecars.get(name)
+    if row is None or not result.backend:
+        return "-"
+    return f"{row['units_from_host']:,} / {row['units_from_storage']:,}"
+
+
+def _model_gib(result: ModeResult) -> str:
+    scale = result.components.get("_scale")
+    if not scale or not result.backend:
+        return "-"
+    return f"{result.io['bytes_written'] / scale / 2**30:,.1f} / {result.io['bytes_read'] / scale / 2**30:,.1f}"
 
 
 def _calls(io: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ the engine just computed (``backup``). Loaded pages are checked against their ex
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..host_pool import HostKVPool
@@ -20,10 +20,17 @@ __all__ = ["CacheTier", "HostTier", "LoadOutcome", "NoTier", "StorageTier"]
 
 @dataclass
 class LoadOutcome:
-    """Pages served by host memory and by storage (placed in the first device slots)."""
+    """Pages served by host memory and by storage (placed in the first device slots).
+
+    ``kv_pages``: pages beyond the start whose KV host memory or storage held, restorable or
+    not (a hybrid model's prefix also needs its sidecars); ``units``: sidecar units loaded, by
+    ``"<component>/<tier>"``.
+    """
 
     host_pages: int = 0
     storage_pages: int = 0
+    kv_pages: int = 0
+    units: dict[str, int] = field(default_factory=dict)
 
 
 class HostTier(Protocol):
@@ -92,12 +99,13 @@ class CacheTier(StorageTier):
         in_host = matching_prefix(self.host, host_slots, hashes[start : start + in_host])
         copy_pages(self.device, device_slots[:in_host], self.host, host_slots[:in_host])
         self.lru.touch(hashes[: start + in_host])
-        outcome = LoadOutcome(host_pages=in_host)
+        outcome = LoadOutcome(host_pages=in_host, kv_pages=in_host)
         first = start + in_host
         wanted = hashes[first : start + limit]
         if not wanted:
             return outcome
         found = self.storage.exists_prefix(wanted)
+        outcome.kv_pages += found
         if not found:
             return outcome
         slots = self.lru.reserve(found, protect=hashes[:first])
