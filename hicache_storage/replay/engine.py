@@ -268,8 +268,14 @@ def run_replay(
         oracle = oracle_page_hits(requests, engine.hasher, all_hashes)
         hybrid = None
         if engine.components and engine.geometry is not None:
+            every = engine.geometry.checkpoint_pages
             hybrid = oracle_hybrid(
-                requests, engine.hasher, all_hashes, engine.components, engine.geometry.checkpoint_pages
+                requests,
+                engine.hasher,
+                all_hashes,
+                engine.components,
+                checkpoint_pages=every,
+                device_pages=config.device_pages,
             )
         return ModeResult.build(
             config=config,

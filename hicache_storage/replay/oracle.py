@@ -86,13 +86,17 @@ def oracle_hybrid(
     hasher: PageHasher,
     page_hashes: Sequence[list[str]] | None,
     components: Sequence[Component],
+    *,
     checkpoint_pages: int,
+    device_pages: int | None = None,
 ) -> HybridOracle:
     """Replay an infinite store that keeps every KV page ever computed and every sidecar unit the engine saves.
 
     The engine saves sidecar state where the replay does (the end of each computed run and every
     ``checkpoint_pages`` inside it) and the store keeps all a restore there needs (an SWA
-    component's whole window), so no replay can restore a prefix this oracle does not count.
+    component's whole window), so no replay can restore a prefix this oracle does not count. A
+    run ends at the prompt's last full page, and also where a device of ``device_pages`` pages
+    stops keeping it (a prompt longer than the device).
     """
     seen: set[str] = set()
     units: dict[str, set[str]] = {c.name: set() for c in components}
@@ -111,7 +115,10 @@ def oracle_hybrid(
         for component in components:
             lost[component.name] += (kv - _restorable([component], units, hashes, kv)) * page
         seen.update(hashes)
-        for stop in span_ends(end, len(hashes), checkpoint_pages):
+        stops = set(span_ends(end, len(hashes), checkpoint_pages))
+        if device_pages is not None:
+            stops.update(span_ends(end, min(len(hashes), device_pages), checkpoint_pages))
+        for stop in stops:
             for component in components:
                 units[component.name].update(hashes[p] for p in component.restore_positions(0, stop))
     return HybridOracle(hits, kv_hits, total, lost)

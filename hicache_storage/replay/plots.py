@@ -1,9 +1,11 @@
-"""PNG plots of replay results (matplotlib, Agg backend): hit rate over time per tier, TTFT CDF per mode."""
+"""PNG plots of replay results (matplotlib, Agg backend): hit rate over time per tier, TTFT CDF per mode,
+and for a hybrid model the hits and losses per component."""
 
 from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +23,11 @@ def _label(result: ModeResult) -> str:
 def plot_results(
     results: list[ModeResult], directory: str | Path, *, prefix: str = "replay", windows: int = 40
 ) -> list[Path]:
-    """Write ``<prefix>-hit-rate.png`` and ``<prefix>-ttft-cdf.png`` under ``directory``; returns the paths."""
+    """Write ``<prefix>-hit-rate.png`` and ``<prefix>-ttft-cdf.png`` under ``directory``; returns the paths.
+
+    With a hybrid model the hit-rate plot also shows, hatched above the hits, the tokens whose KV was
+    there but whose prefix a missing sidecar cut, and ``<prefix>-components.png`` is written too.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,6 +58,23 @@ def plot_results(
             rates.append(rates[-1])
             axis.fill_between(minutes, bottom, bottom + np.asarray(rates), step="post", label=tier, alpha=0.8)
             bottom = bottom + np.asarray(rates)
+        if result.sidecars:
+            lost = []
+            for begin, end in itertools.pairwise(edges):
+                chunk = records[begin:end]
+                total = sum(r.input_tokens for r in chunk)
+                lost.append(sum(r.lost_tokens for r in chunk) / total if total else 0.0)
+            lost.append(lost[-1])
+            axis.fill_between(
+                minutes,
+                bottom,
+                bottom + np.asarray(lost),
+                step="post",
+                label="lost: sidecar missing",
+                hatch="//",
+                facecolor="none",
+                edgecolor="grey",
+            )
         axis.axhline(result.rate(result.oracle_hit_tokens), color="black", linestyle="--", linewidth=1, label="oracle")
         axis.set_xlabel("trace time (min)")
     axes[0][0].set_ylabel("hit rate (tokens)")
@@ -73,4 +96,39 @@ def plot_results(
     fig.tight_layout()
     fig.savefig(paths[1], dpi=110)
     plt.close(fig)
+    if any(result.sidecars for result in results):
+        paths.append(_components_plot(plt, results, out / f"{prefix}-components.png"))
     return paths
+
+
+def _components_plot(plt: Any, results: list[ModeResult], path: Path) -> Path:
+    """Per mode: KV hit tokens by tier, tokens lost to a missing sidecar, and sidecar units loaded by tier."""
+    names = sorted({name for result in results for name in result.sidecars})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.6))
+    x = np.arange(len(results))
+    bottom = np.zeros(len(results))
+    for tier in _TIERS:
+        values = np.asarray([r.rate(r.hit_tokens[tier]) for r in results])
+        left.bar(x, values, bottom=bottom, label=f"KV hit {tier}")
+        bottom += values
+    lost = np.asarray([r.rate(r.lost_tokens) for r in results])
+    left.bar(x, lost, bottom=bottom, label="lost: sidecar missing", hatch="//", color="none", edgecolor="grey")
+    left.axhline(
+        results[0].rate(results[0].oracle_hit_tokens), color="black", linestyle="--", linewidth=1, label="oracle"
+    )
+    left.set_xticks(x, [_label(r) for r in results], fontsize=7)
+    left.set_ylabel("share of input tokens")
+    left.legend(fontsize=7)
+    width = 0.8 / max(1, 2 * len(names))
+    for number, name in enumerate(names):
+        for side, tier in enumerate(("host", "storage")):
+            offset = (2 * number + side) * width - 0.4 + width / 2
+            units = [r.sidecars.get(name, {}).get(f"units_from_{tier}", 0) for r in results]
+            right.bar(x + offset, units, width, label=f"{name} from {tier}")
+    right.set_xticks(x, [_label(r) for r in results], fontsize=7)
+    right.set_ylabel("sidecar units loaded")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
