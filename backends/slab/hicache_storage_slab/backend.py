@@ -131,6 +131,8 @@ class SlabBackend(HiCacheStorage):
 
     def on_register_pool(self, pool: Any, keyspace: KeySpace) -> None:
         """Preallocate the pool's slab now, so a capacity the disk cannot hold fails at start-up."""
+        if keyspace.page_bytes <= 0:  # a pool that holds no bytes never reaches the primitives
+            return
         try:
             self.slab(keyspace)
         except BackendFault as fault:

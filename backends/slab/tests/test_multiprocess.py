@@ -40,7 +40,7 @@ def _start(mode: str, spec: dict[str, Any]) -> subprocess.Popen[str]:
 
 # ----------------------------------------------------------------------------- racing writers
 #: 2 sets x 4 slots of 64 KiB pages, 10 keys: every set is fought over all the time.
-HAMMER_OPTIONS: dict[str, Any] = {"capacity_bytes": 540_000, "ways": 4, "io_threads": 2}
+HAMMER_OPTIONS: dict[str, Any] = {"capacity_bytes": 600_000, "ways": 4, "io_threads": 2}
 HAMMER_SECONDS = 2.0
 
 
@@ -80,7 +80,7 @@ def test_writers_in_several_processes_never_expose_a_wrong_page(tmp_path: Path) 
 
 # ----------------------------------------------------------------------------- kill -9
 #: 64 slots of 1 MiB pages in sets of 8 for 16 keys: no acknowledged page is ever evicted.
-KILL_OPTIONS: dict[str, Any] = {"capacity_bytes": 64 * ((1 << 20) + ENTRY_SIZE) + 16384, "ways": 8, "io_threads": 1}
+KILL_OPTIONS: dict[str, Any] = {"capacity_bytes": 65 * ((1 << 20) + ENTRY_SIZE) + 16384, "ways": 8, "io_threads": 1}
 #: Kills at a random time, then kills of a writer stopped halfway through a payload (claim taken, no commit).
 RANDOM_KILLS, MID_WRITE_KILLS = 3, 2
 

@@ -89,6 +89,16 @@ def test_each_pool_gets_a_slab_of_its_own_page_size(tmp_path: Path) -> None:
     backend.close()
 
 
+def test_a_pool_without_bytes_gets_no_slab(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path)
+    empty = KeySpace(
+        model_name="m", dtype="none", layout="none", page_size=1, page_bytes=0, is_mla=False, pool="anchor"
+    )
+    backend.on_register_pool(None, empty)
+    assert [p.name for p in tmp_path.iterdir() if "slab-" in p.name] == [f"{backend.pool_keyspace().prefix}slab-0"]
+    backend.close()
+
+
 # ----------------------------------------------------------------------------- eviction and overwrites
 def test_eviction_takes_the_least_recently_written_slot_of_the_set(tmp_path: Path) -> None:
     pool = make_pool(num_pages=16)
