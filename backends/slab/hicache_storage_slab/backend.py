@@ -27,7 +27,7 @@ from .layout import ENTRY_SIZE, Geometry, SuperblockError, parse_superblock
 from .options import SlabOptions, resolve_root
 from .parallel import IoThreads
 from .raw_baseline import RawSlab
-from .slab import SLAB_FILE_MARK, Slab, SlabFile, blank_headers
+from .slab import SLAB_FILE_MARK, Slab, SlabFile, WritePlan, blank_headers
 
 __all__ = ["SlabBackend", "SlotStore"]
 
@@ -154,20 +154,30 @@ class SlabBackend(HiCacheStorage):
                 return plan is not None and slab.commit(plan)
 
             return self._io.map(write, keys, pages)
+
         # Durable batch: every payload is synced before any header commits it, headers synced before the
         # ack. Pages are sent in waves with at most ``ways`` pages of one set each, so a page this batch
         # evicts has been committed first.
+        def stage(key: str, page: list[memoryview]) -> WritePlan | Exception | None:
+            try:
+                return slab.stage(key, page)
+            except Exception as error:  # raised below, once every staged slot is released
+                return error
+
         results = [False] * len(keys)
         for wave in _waves(slab, keys):
-            plans = self._io.map(slab.stage, [keys[i] for i in wave], [pages[i] for i in wave])
+            staged = self._io.map(stage, [keys[i] for i in wave], [pages[i] for i in wave])
             try:
+                failure = next((item for item in staged if isinstance(item, Exception)), None)
+                if failure is not None:
+                    raise failure
                 slab.sync()
-                for index, plan in zip(wave, plans, strict=True):
-                    results[index] = plan is not None and slab.commit(plan)
+                for index, plan in zip(wave, staged, strict=True):
+                    results[index] = isinstance(plan, WritePlan) and slab.commit(plan)
                 slab.sync()
             finally:
-                for plan in plans:
-                    if plan is not None:
+                for plan in staged:
+                    if isinstance(plan, WritePlan):
                         slab.finish(plan)
         return results
 

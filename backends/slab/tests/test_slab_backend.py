@@ -368,6 +368,32 @@ def test_fsync_syncs_payloads_before_any_header_commits_them(tmp_path: Path, mon
     backend.close()
 
 
+@pytest.mark.parametrize("fsync", [False, True])
+def test_a_failed_payload_write_releases_its_claims(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
+    backend = make_backend(tmp_path, fsync=fsync, io_threads=2)
+    slab_ = backend.slab(backend.pool_keyspace())
+    real = os.pwritev
+    calls = [0]
+
+    def failing(fd: int, buffers: Any, offset: int) -> int:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "pwritev", failing)
+    keys = kit.random_keys(4)
+    assert backend.batch_set_v1(keys, indices(0, 4)) == [False] * 4  # the batch's fault: no page acknowledged
+    assert backend.get_stats()["faults"] == 1
+    assert all(not pending for pending in slab_._pending)  # every claimed slot was released
+    monkeypatch.setattr(os, "pwritev", real)
+    assert backend.batch_set_v1(keys, indices(0, 4)) == [True] * 4
+    assert read_back(backend, keys, 8) == [True] * 4
+    backend.close()
+
+
 def test_direct_io_moves_aligned_pages_and_buffers_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pool = make_pool()
     backend = make_backend(tmp_path, pool, direct_io=True)
