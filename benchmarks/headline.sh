@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Headline experiment: none vs cache (host ratio 2.0) vs buffer_only (host ratio 1.2) on the
-# Mooncake conversation trace, with the sim backend (5 GB/s, 100 us per call) and the file backend.
-# Every knob is an environment variable; run from anywhere: bash benchmarks/headline.sh
+# Mooncake conversation trace, with the sim backend (5 GB/s, 100 us per call) and the file backend,
+# then the same for a hybrid model (Mamba/GDN state beside KV) on the sim backend, charging
+# model-sized I/O. Every knob is an environment variable; run from anywhere: bash benchmarks/headline.sh
+# (ONLY=hybrid runs the hybrid part alone).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +17,11 @@ PREFILL="${PREFILL:-20000}"               # prefill tokens/s for the TTFT estima
 MODEL_BYTES_PER_TOKEN="${MODEL_BYTES_PER_TOKEN:-131072}"  # Llama-3-8B KV: 32 layers x 8 heads x 128 x 2 x bf16
 OUT="${OUT:-$ROOT/benchmarks/results}"
 IMG="${IMG:-$ROOT/docs/img}"
+HYBRID_MODEL="${HYBRID_MODEL:-mamba-hybrid}"        # a preset or a JSON geometry file
+HYBRID_REQUESTS="${HYBRID_REQUESTS:-1000}"          # each request writes a model state every 512 tokens
+HYBRID_BYTES_PER_TOKEN="${HYBRID_BYTES_PER_TOKEN:-8}"  # real bytes per KV token; states scale alike (25 KB)
+MODEL_GBPS="${MODEL_GBPS:-5}"                       # storage bandwidth for model-sized bytes
+ONLY="${ONLY:-all}"
 CLI="${CLI:-$ROOT/.venv/bin/hicache-storage}"
 [ -x "$CLI" ] || CLI="hicache-storage"
 
@@ -27,6 +34,7 @@ common=(--mode none,cache,buffer_only --device-tokens "$DEVICE_TOKENS"
 # Bandwidth that makes the small pages cost what model-sized pages cost at 5 GB/s.
 SCALED_GBPS="$(awk "BEGIN { printf \"%.9f\", 5.0 * $BYTES_PER_TOKEN / $MODEL_BYTES_PER_TOKEN }")"
 
+if [ "$ONLY" != "hybrid" ]; then
 echo "== sim backend (5 GB/s, 100 us per call; modelled I/O time)"
 COLUMNS="${COLUMNS:-120}" "$CLI" replay "$TRACE" --backend sim \
     --config '{"sim_write_gbps": 5.0, "sim_op_latency_us": 100.0}' "${common[@]}" --requests "$REQUESTS" \
@@ -41,3 +49,17 @@ echo "== file backend ($FILE_ROOT; measured I/O time)"
 COLUMNS="${COLUMNS:-120}" "$CLI" replay "$TRACE" --backend file \
     --config "{\"path\": \"$FILE_ROOT\"}" "${common[@]}" --requests "$FILE_REQUESTS" \
     --json "$OUT/headline-file.json" --plot "$IMG" --plot-prefix headline-file
+fi
+
+hybrid=(--device-tokens "$DEVICE_TOKENS" --page-size "$PAGE_SIZE" --bytes-per-token "$HYBRID_BYTES_PER_TOKEN"
+        --prefill-tokens-per-s "$PREFILL" --model "$HYBRID_MODEL" --requests "$HYBRID_REQUESTS")
+echo "== hybrid model $HYBRID_MODEL, sim backend, model-sized I/O at $MODEL_GBPS GB/s and 100 us per call"
+COLUMNS="${COLUMNS:-120}" "$CLI" replay "$TRACE" --backend sim --config '{"sim_op_latency_us": 100.0}' \
+    --model-io-gbps "$MODEL_GBPS" --mode none,cache,buffer_only "${hybrid[@]}" \
+    --json "$OUT/headline-hybrid.json" --plot "$IMG" --plot-prefix headline-hybrid
+
+for every in 0 2048; do  # where states are kept decides the ceiling: the oracle alone (device only, fast)
+    echo "== hybrid model $HYBRID_MODEL, states every $every tokens (0: at the end of each computed run only)"
+    COLUMNS="${COLUMNS:-120}" "$CLI" replay "$TRACE" --mode none --checkpoint-tokens "$every" "${hybrid[@]}" \
+        --json "$OUT/headline-hybrid-checkpoint-$every.json"
+done

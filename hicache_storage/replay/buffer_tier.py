@@ -117,6 +117,12 @@ class BufferOnlyTier:
             component.device.free(tokens)
         return ok
 
+    @property
+    def units_written(self) -> dict[str, int]:
+        """Sidecar units acknowledged stored, per component."""
+        rows = self.pipeline.metrics.as_dict()["components"]
+        return {name: int(row["units_written"]) for name, row in rows.items()}
+
     def _reclaim(self, slots: list[int]) -> None:
         tokens = self.device_pool.alloc(len(slots) * self.device_pool.page_size, owner="cache")
         if tokens is None:

@@ -305,6 +305,7 @@ def _component_summary(engine: ReplayEngine, backend: HiCacheStorage | None) -> 
         return {"_scale": geometry.scale}
     tier = engine.tier
     host_units: dict[str, int] = dict(getattr(tier, "host_units", {}))
+    written: dict[str, int] = dict(getattr(tier, "units_written", {}))
     out: dict[str, Any] = {}
     for side, component in zip(geometry.sidecars, engine.components, strict=True):
         name = component.name
@@ -317,6 +318,7 @@ def _component_summary(engine: ReplayEngine, backend: HiCacheStorage | None) -> 
             "host_units": host_units.get(name, 0),
             "units_from_host": engine.units_loaded.get(f"{name}/host", 0),
             "units_from_storage": engine.units_loaded.get(f"{name}/storage", 0),
+            "units_written": written.get(name, 0),
         }
     out["_corrupt_units"] = int(getattr(tier, "corrupt_units", 0))
     out["_device_checkpoints"] = geometry.device_checkpoints

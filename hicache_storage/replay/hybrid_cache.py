@@ -59,6 +59,8 @@ class HybridCacheTier(CacheTier):
         self.lookup_pools = [LookupPool(c.name, c.policy, c.window) for c in self.components]
         self.overlap = max((c.window - 1 for c in self.components), default=0)
         self.corrupt_units = 0
+        #: Sidecar units acknowledged stored, per component.
+        self.units_written = {c.name: 0 for c in self.components}
 
     # ------------------------------------------------------------ loads
     def load(self, hashes: list[str], start: int, device_slots: list[int]) -> LoadOutcome:
@@ -183,6 +185,7 @@ class HybridCacheTier(CacheTier):
             for part in _merge(parts):
                 done = [k for k, ok in zip(part.hashes, flags.get(part.name, []), strict=False) if ok]
                 self.unit_stored[part.name].update(done)
+                self.units_written[part.name] += len(done)
 
 
 def _merge(parts: list[PoolPart]) -> list[PoolPart]:

@@ -73,6 +73,7 @@ def plot_results(
                 label="lost: sidecar missing",
                 hatch="//",
                 facecolor="none",
+                linewidth=0,
                 edgecolor="grey",
             )
         axis.axhline(result.rate(result.oracle_hit_tokens), color="black", linestyle="--", linewidth=1, label="oracle")
