@@ -173,15 +173,15 @@ class HiCacheStorage(ABC):
 
     def _primitive(self, name: str) -> Primitive:
         """The primitive ``name`` as a three-argument call (wrapping one written for API 1.0)."""
-        method = getattr(self, name)
+        method: Callable[..., list[bool]] = getattr(self, name)
         takes_pages = _PRIMITIVE_ARITY[name] == 2
         if name in self._hc_legacy:  # written for API 1.0: no context
             if takes_pages:
-                return lambda keys, pages, _context: method(keys, pages)  # type: ignore[no-any-return]
-            return lambda keys, _pages, _context: method(keys)  # type: ignore[no-any-return]
+                return lambda keys, pages, _context: method(keys, pages)
+            return lambda keys, _pages, _context: method(keys)
         if takes_pages:
-            return method  # type: ignore[no-any-return]
-        return lambda keys, _pages, context: method(keys, context)  # type: ignore[no-any-return]
+            return method
+        return lambda keys, _pages, context: method(keys, context)
 
     @classmethod
     def capabilities_for(cls, options: Any) -> Capabilities:
