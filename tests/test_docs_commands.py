@@ -30,7 +30,7 @@ from hicache_storage.registry import resolve_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Backends documented by this project (a missing one is skipped, an unknown one fails).
-OUR_BACKENDS = ("file", "sim", "redis", "s3", "fsspec", "mooncake", "example")
+OUR_BACKENDS = ("file", "slab", "sim", "redis", "s3", "fsspec", "mooncake", "example")
 _FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*([\w-]+)(?::\s*(.*?))?\s*-->\s*$")
 
