@@ -60,14 +60,13 @@ class Component(ABC):
     """One pool of the pipeline: its device pool, its hit policy and window, and its position rules.
 
     ``name`` is the pool name the backend knows it by (``register_mem_host_pool_v2``). ``window``
-    is the trailing window in pages for ``TRAILING_PAGES`` components. ``gating``: a prefix is
-    restorable only where this component's units exist.
+    is the trailing window in pages for ``TRAILING_PAGES`` components. Every component gates: a
+    prefix is restorable only where its units exist.
     """
 
     policy: ClassVar[PoolHitPolicy] = PoolHitPolicy.TRAILING_PAGES
     #: Short kind name used in reports (``kv``, ``swa``, ``mamba``).
     kind: ClassVar[str] = "component"
-    gating: ClassVar[bool] = True
     #: Whether a unit is one KV page's worth of tokens (its pool's pages must match the KV pages).
     kv_aligned: ClassVar[bool] = False
 
