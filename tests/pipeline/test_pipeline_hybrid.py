@@ -280,3 +280,18 @@ def test_kv_only_pipeline_keeps_its_v1_calls() -> None:
 
 def test_sidecar_labels_are_distinct_from_kv() -> None:
     assert label("swa", "ab") != label("mamba", "ab")
+
+
+def test_retained_kv_pages_still_need_their_sidecar_units() -> None:
+    pipe = make_hybrid(retain_staged_pages=True)
+    hashes = chain(4)
+    _store(pipe, [hashes])
+    assert len(pipe.buffer_cache or ()) == 4  # the written KV pages stay in host memory
+    reads = pipe.metrics.as_dict()["components"]["mamba"]["units_read"]
+    assert _staged(pipe, "r", hashes) == (4, 4)
+    values = pipe.metrics.as_dict()
+    assert values["retained_hit_pages"] == 4 and values["bytes_read"] == 0  # KV from retained pages
+    assert values["components"]["mamba"]["units_read"] == reads + 1  # the state still comes from storage
+    assert_admitted(pipe, pipe.admit("r", 0), hashes, 4)
+    pipe.drain()
+    pipe.check_invariants()
