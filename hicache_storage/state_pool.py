@@ -64,6 +64,7 @@ class HostStatePool:
         self.size_per_token = sum(self.component_bytes)
         self.bytes_per_page = self.size_per_token
         self._free = list(range(num_slots - 1, -1, -1))
+        self._owners: dict[int, Any] = {}
         self._lock = threading.Lock()
 
     def _slot(self, index: int) -> int:
@@ -120,11 +121,13 @@ class HostStatePool:
             return len(self._free)
 
     def alloc(self, num_slots: int, owner: object = None) -> torch.Tensor | None:
-        """``num_slots`` free slot indices, or ``None`` if fewer are free."""
+        """``num_slots`` free slot indices recorded as ``owner``'s, or ``None`` if fewer are free."""
         with self._lock:
             if num_slots > len(self._free):
                 return None
             taken = [self._free.pop() for _ in range(num_slots)]
+            for slot in taken:
+                self._owners[slot] = owner
         return torch.tensor(taken, dtype=torch.int64)
 
     def free(self, indices: Sequence[int] | torch.Tensor) -> int:
@@ -137,7 +140,21 @@ class HostStatePool:
                     raise HostPoolError(f"state slot {slot} is already free")
                 free.add(slot)
                 self._free.append(slot)
+                self._owners.pop(slot, None)
         return len(slots)
+
+    def owner_of(self, index: int) -> object:
+        """Owner recorded at :meth:`alloc` for slot ``index`` (raises if the slot is free)."""
+        slot = self._slot(index)
+        with self._lock:
+            if slot not in self._owners:
+                raise HostPoolError(f"state slot {slot} is not allocated")
+            return self._owners[slot]
+
+    def owners(self) -> dict[int, Any]:
+        """Snapshot of slot → owner for every allocated slot."""
+        with self._lock:
+            return dict(self._owners)
 
     def __repr__(self) -> str:
         return f"<HostStatePool slots={self.size} layers={self.num_mamba_layers} bytes/slot={self.size_per_token}>"
