@@ -11,8 +11,10 @@ import pytest
 
 from hicache_storage import BackendLoadError, ConfigError
 
+from .categories import CATEGORIES, category_of
 from .harness import Harness
-from .side_channel import auto_delete, auto_read, auto_set_available, auto_write
+from .hooks import ConformanceTarget, find_target
+from .skips import SkipPolicy, parse_policy
 from .suite.bad_input import BadInputTests
 from .suite.batch import BatchTests
 from .suite.capability_tests import ClearTests, DeleteTests, EvictionTests, PersistenceTests
@@ -25,11 +27,13 @@ from .suite.model import ModelTests
 from .suite.multi_pool import MultiPoolTests
 from .suite.overwrite import OverwriteTests
 from .suite.roundtrip import RoundTripTests
+from .suite.zero_copy import ZeroCopyTests
 from .target import Target, resolve_target
 
-__all__ = ["CATEGORIES", "BackendConformance", "category_of"]
+__all__ = ["CATEGORIES", "MIXINS", "BackendConformance", "ConformanceBase", "category_of"]
 
-_MIXINS: tuple[type, ...] = (
+#: One mixin per category, in report order.
+MIXINS: tuple[type, ...] = (
     LifecycleTests,
     RoundTripTests,
     BatchTests,
@@ -41,27 +45,14 @@ _MIXINS: tuple[type, ...] = (
     DeleteTests,
     ClearTests,
     EvictionTests,
+    ZeroCopyTests,
     BadInputTests,
     FaultTests,
     ModelTests,
     MultiPoolTests,
 )
-
-#: Category names in report order.
-CATEGORIES: tuple[str, ...] = tuple(vars(mixin)["category"] for mixin in _MIXINS)
-
-
-def category_of(cls: type, test_name: str) -> str | None:
-    """Category of test method ``test_name`` on ``cls`` (the mixin that defines it)."""
-    for klass in cls.__mro__:
-        if "category" in vars(klass) and test_name in vars(klass):
-            return str(vars(klass)["category"])
-    for klass in cls.__mro__:
-        if test_name in vars(klass):
-            for category in CATEGORIES:
-                if test_name.startswith(f"test_{category}_"):
-                    return category
-    return None
+if tuple(vars(mixin)["category"] for mixin in MIXINS) != CATEGORIES:  # pragma: no cover - a packaging mistake
+    raise ImportError("categories.CATEGORIES does not list the suite's mixins in order")
 
 
 @lru_cache(maxsize=64)
@@ -69,8 +60,8 @@ def _resolve(backend: Any, sglang: bool | None, overrides: tuple[tuple[str, Any]
     return resolve_target(backend, sglang=sglang, overrides=dict(overrides))
 
 
-class BackendConformance(*_MIXINS):  # type: ignore[misc]
-    """Subclass in a ``test_*.py`` file, name the class ``Test...``, and set ``backend``.
+class ConformanceBase:
+    """Selection, options, hooks and the per-test harness; the tests come from the category mixins.
 
     Class attributes:
 
@@ -83,17 +74,18 @@ class BackendConformance(*_MIXINS):  # type: ignore[misc]
       or ``True`` to test only SGLang's surface.
     - ``capability_overrides``: e.g. ``{"persistent": True}`` to test what the class does not declare.
     - ``max_examples``: examples of the model-based state machine (default 25).
+    - ``conformance_target``: the backend's test-only hooks, a
+      :class:`~hicache_storage_conformance.hooks.ConformanceTarget` (class or instance), any object
+      with the hook methods, or ``"module:Name"``; ``None`` looks one up in the entry-point group
+      ``hicache_storage.conformance_targets`` by the backend's name, else uses duck typing on the
+      instance (``raw_store()``, ``path_for(storage_key)``, ``set_available(flag)``).
+    - ``profile`` (``"default"`` or ``"strict"``), ``require`` (categories) and ``fail_on_skip``:
+      which skips fail instead (see :mod:`~hicache_storage_conformance.skips`).
 
-    Side-channel hooks (optional; by default found on the backend instance: ``raw_store()`` mapping,
-    ``path_for(storage_key)`` file, ``set_available(flag)``). ``storage_key`` is the key the backend
-    stores a page under (the bare key for SGLang-surface classes). A hook that cannot work raises
+    Hook methods (override them here, or write them on a ``ConformanceTarget``): ``read_stored``,
+    ``write_stored``, ``delete_stored``, ``corrupt_stored``, ``truncate_stored``, ``stop_server``,
+    ``start_server``. A hook that cannot work raises
     :class:`~hicache_storage_conformance.side_channel.SideChannelUnavailable`, which skips its tests.
-
-    - ``read_stored(backend, storage_key) -> bytes | None``: the stored bytes, ``None`` if absent;
-    - ``write_stored(backend, storage_key, data)``: replace them (used to corrupt and truncate);
-    - ``delete_stored(backend, storage_key)``: remove them;
-    - ``corrupt_stored`` / ``truncate_stored(backend, storage_key)``: default to read + write;
-    - ``stop_server(backend)`` / ``start_server(backend)``: take the server away and bring it back.
     """
 
     backend: ClassVar[str | type | None] = None
@@ -101,6 +93,10 @@ class BackendConformance(*_MIXINS):  # type: ignore[misc]
     sglang: ClassVar[bool | None] = None
     capability_overrides: ClassVar[dict[str, Any]] = {}
     max_examples: ClassVar[int] = 25
+    conformance_target: ClassVar[Any] = None
+    profile: ClassVar[str] = "default"
+    require: ClassVar[tuple[str, ...]] = ()
+    fail_on_skip: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- selection
     def resolve_target(self) -> Target:
@@ -116,10 +112,32 @@ class BackendConformance(*_MIXINS):  # type: ignore[misc]
         """``extra_config`` for every instance of this test (``tmp_path`` is the test's own directory)."""
         return dict(self.config)
 
+    def skip_policy(self) -> SkipPolicy | None:
+        """Which skips fail (from ``profile``, ``require`` and ``fail_on_skip``); ``None`` when all may skip."""
+        policy = parse_policy(self.profile, list(self.require), self.fail_on_skip)
+        return policy if policy.active else None
+
+    def target_hooks(self) -> ConformanceTarget:
+        """The backend's test-only hooks (see ``conformance_target``)."""
+        cls = type(self)
+        cached = vars(cls).get("_hc_hooks")
+        if isinstance(cached, ConformanceTarget):
+            return cached
+        hooks, _source = find_target(self.backend, self.conformance_target)
+        cls._hc_hooks = hooks  # type: ignore[attr-defined]
+        return hooks
+
     @pytest.fixture
-    def harness(self, tmp_path: Path) -> Iterator[Harness]:
+    def harness(self, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Harness]:
         """Per-test instance factory; cleans up everything it opened."""
-        harness = Harness(self.resolve_target(), self.backend_options(tmp_path), tmp_path, hooks=self)
+        harness = Harness(
+            self.resolve_target(),
+            self.backend_options(tmp_path),
+            tmp_path,
+            hooks=self,
+            node=request.node,
+            policy=self.skip_policy(),
+        )
         try:
             yield harness
         finally:
@@ -128,15 +146,15 @@ class BackendConformance(*_MIXINS):  # type: ignore[misc]
     # ---------------------------------------------------------------- side channel
     def read_stored(self, backend: Any, storage_key: str) -> bytes | None:
         """Stored bytes of ``storage_key`` behind the backend's back (``None`` if absent)."""
-        return auto_read(backend, storage_key)
+        return self.target_hooks().read_stored(backend, storage_key)
 
     def write_stored(self, backend: Any, storage_key: str, data: bytes) -> None:
         """Replace the stored bytes of ``storage_key``."""
-        auto_write(backend, storage_key, data)
+        self.target_hooks().write_stored(backend, storage_key, data)
 
     def delete_stored(self, backend: Any, storage_key: str) -> None:
         """Remove the stored page of ``storage_key``."""
-        auto_delete(backend, storage_key)
+        self.target_hooks().delete_stored(backend, storage_key)
 
     def corrupt_stored(self, backend: Any, storage_key: str) -> None:
         """Flip one byte in the last quarter of the stored bytes (payload, past any header)."""
@@ -152,9 +170,16 @@ class BackendConformance(*_MIXINS):  # type: ignore[misc]
         self.write_stored(backend, storage_key, data[: len(data) // 2])
 
     def stop_server(self, backend: Any) -> None:
-        """Take the backend's server away (default: ``backend.set_available(False)``)."""
-        auto_set_available(backend, False)
+        """Take the backend's server away (default: the target's hook, else ``backend.set_available(False)``)."""
+        self.target_hooks().stop_server(backend)
 
     def start_server(self, backend: Any) -> None:
-        """Bring the server back (default: ``backend.set_available(True)``)."""
-        auto_set_available(backend, True)
+        """Bring the server back (default: the target's hook, else ``backend.set_available(True)``)."""
+        self.target_hooks().start_server(backend)
+
+
+class BackendConformance(ConformanceBase, *MIXINS):  # type: ignore[misc]
+    """Subclass in a ``test_*.py`` file, name the class ``Test...``, and set ``backend``.
+
+    Every category runs; see :class:`ConformanceBase` for the attributes and hooks.
+    """

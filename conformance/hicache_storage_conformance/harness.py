@@ -11,29 +11,35 @@ import contextlib
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import torch
 
 from hicache_storage import Capabilities, HiCacheStorageConfig, HostKVPool, make_config
 
+from . import skips
+from .categories import category_of
+from .checks import SENTINEL, Mismatch, check_pages
 from .pages import PoolSpec, host_indices, make_pool, page_content, read_slot, tensor_bytes, tensor_of, write_slot
+from .side_channel import SideChannelUnavailable
 from .target import Target
 
-__all__ = ["Handle", "Harness", "expect_bools", "substitute_tmp"]
-
-#: Byte pattern written into slots before a read, to see which slots a backend touched.
-SENTINEL = 0xA5
+__all__ = ["SENTINEL", "Handle", "Harness", "expect_bools", "substitute_tmp"]
 
 
 def expect_bools(result: object, count: int, call: str) -> list[bool]:
     """Assert ``result`` is a list of ``count`` bools (never ``None``) and return it."""
-    assert result is not None, f"{call} returned None; it must return a list of {count} bools"
-    assert isinstance(result, list), f"{call} returned {type(result).__name__}; expected a list of {count} bools"
-    assert len(result) == count, f"{call} returned {len(result)} results for {count} keys"
+    rule = "a batch call returns one bool per key, never None"
+    if result is None:
+        raise Mismatch(call, f"a list of {count} bools", "None", rule=rule)
+    if not isinstance(result, list):
+        raise Mismatch(call, f"a list of {count} bools", type(result).__name__, rule=rule)
+    if len(result) != count:
+        raise Mismatch(call, f"{count} results (one per key)", f"{len(result)} results", rule=rule)
     bad = [item for item in result if not isinstance(item, bool)]
-    assert not bad, f"{call} returned non-bool items {bad[:3]!r}; expected one bool per key"
+    if bad:
+        raise Mismatch(call, "one bool per key", f"non-bool items {bad[:3]!r}", rule=rule)
     return result
 
 
@@ -78,6 +84,18 @@ class Handle:
         evict = self.harness.caps.may_evict
         return all(g == e or (g is None and evict) for g, e in zip(got, expected))
 
+    def check_pages(
+        self,
+        got: Sequence[bytes | None],
+        keys: Sequence[str],
+        versions: int | Sequence[int | None],
+        what: str,
+        rule: str = "",
+    ) -> None:
+        """Each page of ``got`` is its key's page at its version (``None``: a miss is due); a miss for a
+        hit is accepted when the backend ``may_evict``. Raises :class:`Mismatch` naming the first wrong page."""
+        check_pages(got, keys, versions, what, may_evict=self.harness.caps.may_evict, rule=rule)
+
     def storage_key(self, key: str) -> str:
         """The key the backend stores ``key`` under (the bare key for SGLang-surface classes)."""
         space = getattr(self.backend, "keyspace", None)
@@ -115,7 +133,10 @@ class Handle:
         vers = [versions] * len(keys) if isinstance(versions, int) else list(versions)
         values = [tensor_of(self.pool, self.content(k, v)) for k, v in zip(keys, vers)]
         result = self.backend.batch_set(keys, values)
-        assert isinstance(result, bool), f"batch_set returned {result!r}; expected a bool"
+        if not isinstance(result, bool):
+            raise Mismatch(
+                "batch_set", "a bool", repr(result), rule="batch_set returns True only if every page was stored"
+            )
         return result
 
     def get_v0(self, keys: Sequence[str]) -> list[bytes | None]:
@@ -123,14 +144,17 @@ class Handle:
         keys = list(keys)
         targets = [tensor_of(self.pool, bytes([SENTINEL]) * self.page_bytes) for _ in keys]
         result = self.backend.batch_get(keys, targets)
-        assert isinstance(result, list), f"batch_get returned {type(result).__name__}; expected a list"
-        assert len(result) == len(keys), f"batch_get returned {len(result)} results for {len(keys)} keys"
+        rule = "batch_get returns one tensor or None per key"
+        if not isinstance(result, list) or len(result) != len(keys):
+            shape = f"{len(result)} results" if isinstance(result, list) else type(result).__name__
+            raise Mismatch("batch_get", f"a list of {len(keys)} results", shape, rule=rule)
         out: list[bytes | None] = []
         for index, item in enumerate(result):
             if item is None:
                 out.append(None)
                 continue
-            assert isinstance(item, torch.Tensor), f"batch_get result {index} is {type(item).__name__}, not a tensor"
+            if not isinstance(item, torch.Tensor):
+                raise Mismatch(f"batch_get result {index}", "a tensor or None", type(item).__name__, rule=rule)
             out.append(tensor_bytes(item))
         return out
 
@@ -154,16 +178,21 @@ class Handle:
         out = []
         for key in keys:
             hit = self.backend.exists(key)
-            assert isinstance(hit, bool), f"exists returned {hit!r}; expected a bool"
+            if not isinstance(hit, bool):
+                raise Mismatch("exists", "a bool", repr(hit), rule="exists returns a bool")
             out.append(hit)
         return out
 
     def exists_prefix(self, keys: Sequence[str]) -> int:
         """``batch_exists``: the number of leading keys that exist."""
         count = self.backend.batch_exists(list(keys))
-        assert isinstance(count, int) and not isinstance(count, bool), (
-            f"batch_exists returned {count!r}; expected an int (count of leading existing keys)"
-        )
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise Mismatch(
+                "batch_exists",
+                "an int (the count of leading existing keys)",
+                repr(count),
+                rule="batch_exists returns an int",
+            )
         return count
 
     def delete(self, keys: Sequence[str]) -> list[bool]:
@@ -184,12 +213,27 @@ class Harness:
     """Opens backend instances for one test and cleans them up afterwards.
 
     ``options`` is the backend's ``extra_config`` (``{tmp}`` in a string value becomes the test's
-    temporary directory); ``hooks`` is the test class instance that supplies side-channel hooks.
+    temporary directory); ``hooks`` is the test class instance that supplies side-channel hooks;
+    ``node`` the pytest item (skips record their kind on it); ``policy`` turns skips it does not
+    accept into failures.
     """
 
-    def __init__(self, target: Target, options: dict[str, Any], tmp_path: Path, hooks: Any = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        options: dict[str, Any],
+        tmp_path: Path,
+        hooks: Any = None,
+        *,
+        node: Any = None,
+        policy: skips.SkipPolicy | None = None,
+    ) -> None:
         self.target = target
         self.hooks = hooks
+        self.node = node
+        self.policy = policy
+        cls, function = getattr(node, "cls", None), getattr(node, "function", None)
+        self.category = (category_of(cls, function.__name__) if cls is not None and function else None) or "other"
         self.tmp_path = tmp_path
         self.options = substitute_tmp(dict(options), str(tmp_path))
         self.namespace = ""
@@ -219,20 +263,63 @@ class Harness:
         assert self._caps is not None
         return self._caps
 
+    def skip(self, kind: str, reason: str, enable: str) -> NoReturn:
+        """Skip this test, recording why (``kind``, see :mod:`~hicache_storage_conformance.skips`) and
+        what would enable it; a failure instead when the run's policy does not accept this skip."""
+        if self.node is not None:
+            self.node.user_properties.extend([(skips.PROPERTY_KIND, kind), (skips.PROPERTY_ENABLE, enable)])
+        violation = self.policy.violation(self.category, kind) if self.policy is not None else None
+        if violation:
+            pytest.fail(f"skipped, which this run does not accept ({violation}): {reason}. To enable: {enable}")
+        pytest.skip(reason)
+
     def require(self, capability: str) -> None:
         """Skip unless ``capability`` is declared (or overridden) true."""
         if not getattr(self.caps, capability):
-            pytest.skip(f"capability {capability} not declared")
+            self.skip(skips.CAPABILITY, f"capability {capability} not declared", skips.enable_capability(capability))
 
     def require_sdk(self, what: str) -> None:
         """Skip for classes tested through SGLang's surface."""
         if not self.sdk:
-            pytest.skip(f"{what} is not part of SGLang's storage surface")
+            self.skip(skips.SURFACE, f"{what} is not part of SGLang's storage surface", skips.ENABLE_SDK)
 
     def require_v1(self) -> None:
         """Skip when the class has no ``batch_get_v1``/``batch_set_v1``."""
         if not self.target.has_v1:
-            pytest.skip("the class defines no batch_get_v1/batch_set_v1")
+            self.skip(
+                skips.SURFACE, "the class defines no batch_get_v1/batch_set_v1", "define batch_get_v1/batch_set_v1"
+            )
+
+    def skip_no_side_channel(self, error: Exception) -> NoReturn:
+        """Skip a test that needs the stored bytes behind the backend's back."""
+        self.skip(skips.HOOK, f"no side channel to reach stored pages: {error}", skips.ENABLE_SIDE_CHANNEL)
+
+    def skip_no_fault_hook(self, error: Exception) -> NoReturn:
+        """Skip a test that needs the real store to fail."""
+        self.skip(skips.HOOK, f"no way to stop the server: {error}", skips.ENABLE_FAULT_HOOK)
+
+    def skip_unshared(self) -> NoReturn:
+        """Skip an isolation test: a second instance on the same config does not see the first one's pages."""
+        reason = "a second instance on the same config does not see the first one's pages; isolation is unobservable"
+        if self.caps.shared:
+            self.skip(
+                skips.UNOBSERVED,
+                reason + " although shared is declared",
+                "make instances on one config share one store (or stop declaring shared)",
+            )
+        self.skip(
+            skips.CAPABILITY,
+            reason + " (shared not declared)",
+            "declare shared=True if instances on one config see each other's pages, with a config that shares "
+            'a store (sim: {"store": NAME})',
+        )
+
+    def stop_server_or_skip(self, handle: Handle) -> None:
+        """:meth:`stop_server`, skipping the test (kind ``hook``) when there is no fault hook."""
+        try:
+            self.stop_server(handle)
+        except SideChannelUnavailable as exc:
+            self.skip_no_fault_hook(exc)
 
     def key(self) -> str:
         """A fresh random bare key shaped like a page hash."""

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import pytest
 import torch
 
 from hicache_storage import HiCacheStorageConfig, PoolHitPolicy, PoolTransfer
@@ -22,6 +21,9 @@ from hicache_storage.page_buffers import pool_page_buffers, pool_page_bytes
 from hicache_storage.pools import pool_name_str
 from hicache_storage.testing import attach_hybrid_pools, make_hybrid_pools
 
+from . import skips
+from .checks import check_pages
+from .faultkit import interpose
 from .harness import SENTINEL, Handle, Harness, expect_bools
 from .pages import PoolSpec, page_content
 
@@ -216,7 +218,11 @@ class HybridHandle:
         except NotImplementedError:
             if self.harness.sdk:
                 raise
-            pytest.skip(f"{type(self.backend).__name__} does not implement {name} (SGLang's base raises)")
+            self.harness.skip(
+                skips.SURFACE,
+                f"{type(self.backend).__name__} does not implement {name} (SGLang's base raises)",
+                f"implement {name}",
+            )
 
     def put(self, writes: Mapping[str, Part], version: int = 0) -> dict[str, list[bool]]:
         """Stage each pool's pages (slots 0.. unless given) and ``batch_set_v2`` them, in the mapping's order."""
@@ -283,6 +289,20 @@ class HybridHandle:
         return self.handle.exists_each(keys)
 
     # ----------------------------------------------------------- checks
+    def check_pages(
+        self,
+        pool: str,
+        got: Sequence[bytes | None],
+        keys: Sequence[str],
+        versions: int | Sequence[int | None],
+        what: str,
+    ) -> None:
+        """Each page of ``pool`` read back is its key's page at its version (``None``: a miss is due);
+        raises :class:`~hicache_storage_conformance.checks.Mismatch` naming the first wrong page."""
+        labels = [f"{pool}/{key}" for key in keys]
+        may_evict = self.harness.caps.may_evict
+        check_pages(got, keys, versions, f"{what} (pool {pool!r})", may_evict=may_evict, labels=labels)
+
     def same(self, got: Sequence[bytes | None], expected: Sequence[bytes | None]) -> bool:
         """Page-by-page equality; a miss for a hit is accepted when the backend ``may_evict``."""
         return self.handle.same(got, expected)
@@ -313,17 +333,8 @@ class HybridHandle:
         Only the SDK surface has primitives; the base class looks them up on the instance per call.
         """
         self.harness.require_sdk("fault injection into backend primitives")
-        backend = self.backend
-        original = getattr(backend, primitive)
-
-        def routed(*args: Any) -> list[bool]:
-            return wrapper(original, *args)
-
-        setattr(backend, primitive, routed)
-        try:
+        with interpose(self.backend, primitive, wrapper):
             yield
-        finally:
-            delattr(backend, primitive)
 
     def storage_keys(self, pool: str, keys: Sequence[str]) -> set[str]:
         """The storage keys ``keys`` have in ``pool`` (SDK surface)."""
@@ -365,7 +376,11 @@ def open_hybrid(
     Skips when the class has no v2 surface.
     """
     if not harness.target.has_v2:
-        pytest.skip("the class defines no register_mem_host_pool_v2/batch_get_v2/batch_set_v2/batch_exists_v2")
+        harness.skip(
+            skips.SURFACE,
+            "the class defines no register_mem_host_pool_v2/batch_get_v2/batch_set_v2/batch_exists_v2",
+            "define the multi-pool (v2) calls, or subclass hicache_storage.HiCacheStorage (which serves them)",
+        )
     pools = dict(make_hybrid_pools(num_pages=POOL_SLOTS))
     pools.update(replace or {})
     config = config or harness.config(extra=extra)

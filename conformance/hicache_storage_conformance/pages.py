@@ -22,6 +22,7 @@ from hicache_storage import HostKVPool
 __all__ = [
     "PoolSpec",
     "host_indices",
+    "key_hash",
     "make_pool",
     "page_content",
     "read_slot",
@@ -75,7 +76,8 @@ def make_pool(spec: PoolSpec) -> HostKVPool:
     )
 
 
-def _key_hash(key: str) -> int:
+def key_hash(key: str) -> int:
+    """The key hash a page's stamp starts with."""
     return xxhash.xxh3_64_intdigest(key.encode())
 
 
@@ -84,7 +86,7 @@ def page_content(key: str, version: int, nbytes: int) -> bytes:
     """The page the suite stores under ``key`` at ``version`` (deterministic, ``nbytes`` long)."""
     seed = xxhash.xxh3_64_intdigest(f"{key}#{version}#{nbytes}".encode())
     body = bytearray(np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8).tobytes())
-    stamp = _STAMP.pack(_key_hash(key), version)
+    stamp = _STAMP.pack(key_hash(key), version)
     body[: min(nbytes, len(stamp))] = stamp[: min(nbytes, len(stamp))]
     return bytes(body)
 
@@ -96,8 +98,8 @@ def stamp_of(data: bytes) -> tuple[int, int]:
 
 def verify_page(key: str, data: bytes, versions: Sequence[int] | None = None) -> str | None:
     """``None`` if ``data`` is exactly a page of ``key`` (at one of ``versions`` if given), else why not."""
-    key_hash, version = stamp_of(data)
-    if key_hash != _key_hash(key):
+    stamped, version = stamp_of(data)
+    if stamped != key_hash(key):
         return f"page read for key {key[:16]}... carries another key's stamp (or no stamp)"
     if versions is not None and version not in versions:
         return f"page read for key {key[:16]}... is version {version}, expected one of {sorted(versions)}"

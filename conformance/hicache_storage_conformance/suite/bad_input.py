@@ -8,10 +8,14 @@ from typing import Any
 import pytest
 import torch
 
+from ..checks import Mismatch, check_equal
 from ..harness import Handle, Harness
 from ..pages import host_indices, tensor_of, write_slot
 
 BAD_KEYS: list[Any] = ["", 123, None, b"abc", "has space", "../escape"]
+
+
+RULE = "invalid requests raise a ValueError subclass before anything is written"
 
 
 def _rejects(call: Callable[[], Any], what: str) -> None:
@@ -20,13 +24,13 @@ def _rejects(call: Callable[[], Any], what: str) -> None:
     except ValueError:
         return
     except Exception as exc:
-        pytest.fail(f"{what} raised {type(exc).__name__} ({exc}); expected a ValueError subclass")
-    pytest.fail(f"{what} returned {result!r}; expected a ValueError subclass")
+        raise Mismatch(what, "a ValueError subclass", f"{type(exc).__name__}: {exc}", rule=RULE) from exc
+    raise Mismatch(what, "a ValueError subclass raised", f"it returned {result!r}", rule=RULE)
 
 
 def _unchanged(handle: Handle, kept: str, fresh: list[str]) -> None:
-    assert handle.same(handle.fetch([kept]), [handle.content(kept, 1)]), "a rejected request changed a stored page"
-    assert handle.exists_each(fresh) == [False] * len(fresh), "a rejected request stored pages"
+    handle.check_pages(handle.fetch([kept]), [kept], 1, "the stored page after the rejected requests", rule=RULE)
+    check_equal(handle.exists_each(fresh), [False] * len(fresh), "exists of the keys of rejected writes", rule=RULE)
 
 
 class BadInputTests:
@@ -38,10 +42,11 @@ class BadInputTests:
         harness.require_sdk("request validation")
         handle = harness.open()
         kept = harness.key()
-        assert handle.put([kept], versions=1) == [True]
+        check_equal(handle.put([kept], versions=1), [True], "writing the page the bad requests must not change")
         return handle, kept, harness.keys(2)
 
     def test_bad_input_host_indices_length(self, harness: Harness) -> None:
+        """host_indices of the wrong length (too few, too many, a partial page) raise a ValueError subclass."""
         handle, kept, fresh = self._setup(harness)
         for slot in range(3):
             write_slot(handle.pool, slot, handle.content(kept, 2))
@@ -56,6 +61,7 @@ class BadInputTests:
 
     @pytest.mark.parametrize("bad", BAD_KEYS, ids=["empty", "int", "none", "bytes", "space", "traversal"])
     def test_bad_input_keys(self, harness: Harness, bad: Any) -> None:
+        """A bad key (empty, not a str, a space, a path traversal) raises a ValueError subclass in every call."""
         handle, kept, fresh = self._setup(harness)
         backend = handle.backend
         write_slot(handle.pool, 0, handle.content(kept, 2))
@@ -74,6 +80,7 @@ class BadInputTests:
         _unchanged(handle, kept, fresh)
 
     def test_bad_input_wrong_page_size(self, harness: Harness) -> None:
+        """v0 values of the wrong size or count raise a ValueError subclass."""
         handle, kept, fresh = self._setup(harness)
         backend = handle.backend
         good = tensor_of(handle.pool, handle.content(fresh[0], 2))

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import itertools
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
 
+from ..checks import Mismatch, check, check_equal, describe_page
 from ..harness import Handle, Harness, expect_bools
 from ..pages import PoolSpec, host_indices, page_content, read_slot, tensor_bytes, tensor_of, verify_page, write_slot
 
 RUN_SECONDS = 0.6
 JOIN_SECONDS = 30.0
 SLOTS_PER_THREAD = 8
+#: visible_only_when_complete: keys written one by one while readers poll the key being written.
+VISIBLE_KEYS = 64
+VISIBLE_MIN_KEYS = 8
+VISIBLE_SECONDS = 1.0
+SWITCH_INTERVAL_S = 0.0001
 
 
 def _run_threads(workers: list[Callable[[], None]], errors: list[str]) -> None:
@@ -33,7 +40,12 @@ def _run_threads(workers: list[Callable[[], None]], errors: list[str]) -> None:
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
     stuck = sum(thread.is_alive() for thread in threads)
-    assert not stuck, f"{stuck} threads still running after {JOIN_SECONDS}s (deadlock or hang)"
+    check(
+        not stuck,
+        "joining the test's threads",
+        f"all done within {JOIN_SECONDS:.0f}s",
+        f"{stuck} still running (a deadlock or hang)",
+    )
 
 
 class ConcurrencyTests:
@@ -42,9 +54,10 @@ class ConcurrencyTests:
     category = "concurrency"
 
     def test_concurrency_overlapping_reads_and_writes(self, harness: Harness) -> None:
+        """Threads writing and reading overlapping keys (v1 and v0 mixed) never observe a partial or mixed page."""
         handle = harness.open(PoolSpec(num_pages=6 * SLOTS_PER_THREAD))
         keys = harness.keys(6)
-        assert handle.put(keys, versions=0) == [True] * len(keys)
+        check_equal(handle.put(keys, versions=0), [True] * len(keys), "writing 6 pages before the threads start")
         versions = itertools.count(1)
         lock = threading.Lock()
         errors: list[str] = []
@@ -104,46 +117,76 @@ class ConcurrencyTests:
             return work
 
         _run_threads([writer(0), writer(1), writer(2), reader(3), reader(4), reader(5)], errors)
-        assert not errors, errors[0]
-        assert reads[0] > 0, "no read completed during the run"
+        check(
+            not errors,
+            "3 writer and 3 reader threads on 6 keys for 0.6 s",
+            "every page read complete and of one write",
+            errors[0] if errors else "",
+            rule="a page is visible only once fully stored; concurrent writes never mix",
+        )
+        check(reads[0] > 0, "the reader threads", "at least one read completed during the run", "none")
 
     def test_concurrency_visible_only_when_complete(self, harness: Harness) -> None:
+        """A key is visible (exists) only once its whole page is stored: a reader that sees it while its
+        write is still running must read the complete page."""
         handle = harness.open(PoolSpec(num_pages=16))
-        keys = harness.keys(24)
-        done = threading.Event()
+        keys = harness.keys(VISIBLE_KEYS)
+        current: list[str | None] = [None]
+        in_flight = threading.Event()
+        finished = threading.Event()
         errors: list[str] = []
-        checked = [0]
+        stop_at = time.monotonic() + VISIBLE_SECONDS
+
+        done: list[str] = []
 
         def writer() -> None:
             try:
-                for key in keys:
-                    if errors:
+                for index, key in enumerate(keys):
+                    if errors or (index >= VISIBLE_MIN_KEYS and time.monotonic() > stop_at):
                         return
+                    current[0] = key
+                    in_flight.set()
                     _write_one(handle, key, slot=0)
+                    in_flight.clear()
+                    done.append(key)
             finally:
-                done.set()
+                finished.set()
 
-        def reader() -> None:
-            slots = [8]
-            while not errors:
-                finished = done.is_set()
-                for key in keys:
-                    if not handle.exists_each([key])[0]:
+        def reader(slot: int) -> Callable[[], None]:
+            def work() -> None:
+                while not finished.is_set() and not errors:
+                    key, during = current[0], in_flight.is_set()
+                    if key is None or not handle.exists_each([key])[0]:
                         continue
-                    data = _read_one(handle, key, slots)
-                    checked[0] += 1
+                    data = _read_one(handle, key, [slot])
+                    when = "while its write was still running" if during else "just after its write"
                     if data is None:
                         if not harness.caps.may_evict:
-                            errors.append("a key reported as existing could not be read (exists must mean readable)")
-                        continue
-                    if data != handle.content(key, 11):
-                        errors.append("a key became visible before its page was fully written (read partial bytes)")
-                if finished:
-                    return
+                            errors.append(f"exists() said True {when}, but a read right after was a miss")
+                    elif data != handle.content(key, 11):
+                        errors.append(
+                            f"exists() said True {when}, but a read right after returned {describe_page(data, key, 11)}"
+                        )
 
-        _run_threads([writer, reader], errors)
-        assert not errors, errors[0]
-        assert checked[0] >= len(keys), "the reader checked fewer pages than were written"
+            return work
+
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)  # interleave the threads finely: short windows show
+        try:
+            _run_threads([writer, reader(8), reader(9)], errors)
+        finally:
+            sys.setswitchinterval(previous)
+        if errors:
+            raise Mismatch(
+                "a reader polling exists() on the key being written (then reading it)",
+                "a complete page whenever exists() is True",
+                errors[0],
+                rule="exists means readable: a page is visible only once it is fully stored",
+                hint="write to a temporary name or row and publish it in one step (rename, commit, SET)",
+            )
+        for begin in range(0, len(done), 8):
+            chunk = done[begin : begin + 8]
+            handle.check_pages(handle.fetch(chunk), chunk, 11, "reading the pages after the writes")
 
 
 def _write_one(handle: Handle, key: str, slot: int) -> None:

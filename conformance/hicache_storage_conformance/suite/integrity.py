@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
+from ..checks import check, check_equal, describe_page
 from ..harness import Handle, Harness
 from ..side_channel import SideChannelUnavailable
+
+RULE = "a page that fails its integrity check (wrong length, checksum mismatch, gone) reads as a miss"
 
 
 def _damage(harness: Harness, handle: Handle, key: str, how: Callable[[Any, str], None]) -> None:
@@ -16,19 +17,29 @@ def _damage(harness: Harness, handle: Handle, key: str, how: Callable[[Any, str]
     try:
         stored = harness.hooks.read_stored(handle.backend, storage_key)
     except SideChannelUnavailable as exc:
-        pytest.skip(f"no side channel to reach stored pages: {exc}")
-    assert stored is not None, f"side channel found nothing stored under {storage_key!r} after a successful write"
+        harness.skip_no_side_channel(exc)
+    check(
+        stored is not None,
+        f"the side channel's read_stored({storage_key!r}) after a successful write",
+        "the stored bytes",
+        "None (nothing stored under the storage key: does the hook use backend.keyspace.storage_key(key)?)",
+    )
     how(handle.backend, storage_key)
 
 
 def _check_neighbours(harness: Harness, handle: Handle, damaged: str, what: str) -> None:
     before, after = harness.keys(2)
-    assert handle.put([before, after], versions=1) == [True, True]
-    got = handle.fetch([before, damaged, after])
-    assert got[1] is None, f"a {what} stored page was returned as data; it must read as a miss"
-    assert got[0] == handle.content(before, 1) and got[2] == handle.content(after, 1), (
-        f"pages next to a {what} one in the same batch must still read back exactly"
+    check_equal(handle.put([before, after], versions=1), [True, True], "writing the two neighbours")
+    keys = [before, damaged, after]
+    got = handle.fetch(keys)
+    check(
+        got[1] is None,
+        f"reading a {what} stored page (middle of 3)",
+        "a miss",
+        describe_page(got[1], damaged, 0),
+        rule=RULE,
     )
+    handle.check_pages(got, keys, [1, None, 1], f"reading the neighbours of a {what} page in one batch", rule=RULE)
 
 
 class IntegrityTests:
@@ -37,25 +48,28 @@ class IntegrityTests:
     category = "integrity"
 
     def test_integrity_truncated_page_is_a_miss(self, harness: Harness) -> None:
+        """A stored page cut to half its length reads as a miss (batch neighbours read exactly)."""
         handle = harness.open()
         key = harness.key()
-        assert handle.put([key]) == [True]
+        check_equal(handle.put([key]), [True], "writing the page to damage")
         _damage(harness, handle, key, harness.hooks.truncate_stored)
         _check_neighbours(harness, handle, key, "truncated")
-        assert handle.get_v0([key]) == [None], "a truncated stored page was returned by batch_get"
+        handle.check_pages(handle.get_v0([key]), [key], [None], "batch_get of the truncated page", rule=RULE)
 
     def test_integrity_corrupted_page_is_a_miss(self, harness: Harness) -> None:
+        """A stored page with one byte flipped reads as a miss (needs verifies_integrity)."""
         harness.require("verifies_integrity")
         handle = harness.open()
         key = harness.key()
-        assert handle.put([key]) == [True]
+        check_equal(handle.put([key]), [True], "writing the page to damage")
         _damage(harness, handle, key, harness.hooks.corrupt_stored)
         _check_neighbours(harness, handle, key, "corrupted")
-        assert handle.get_v0([key]) == [None], "a corrupted stored page was returned by batch_get"
+        handle.check_pages(handle.get_v0([key]), [key], [None], "batch_get of the corrupted page", rule=RULE)
 
     def test_integrity_vanished_page_is_a_miss(self, harness: Harness) -> None:
+        """A stored page removed behind the backend's back reads as a miss."""
         handle = harness.open()
         key = harness.key()
-        assert handle.put([key]) == [True]
+        check_equal(handle.put([key]), [True], "writing the page to remove")
         _damage(harness, handle, key, harness.hooks.delete_stored)
         _check_neighbours(harness, handle, key, "deleted (behind the backend's back)")

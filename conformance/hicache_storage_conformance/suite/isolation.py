@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from ..checks import check_equal
 from ..harness import Handle, Harness
 from ..pages import PoolSpec
 
@@ -22,15 +23,13 @@ VARIANTS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("cp_rank", {}, {"cp_rank": 1}),
     ("namespace", {}, {"namespace": "OTHER"}),
 ]
-BASE = {"tp_rank": 0, "tp_size": 2, "pp_rank": 0, "pp_size": 2, "cp_rank": 0, "cp_size": 2}
+BASE: dict[str, Any] = {"tp_rank": 0, "tp_size": 2, "pp_rank": 0, "pp_size": 2, "cp_rank": 0, "cp_size": 2}
 
 
 def _shared_or_skip(harness: Harness, writer: Handle, key: str) -> None:
     twin = harness.open(writer.spec, config=writer.config)
     if twin.fetch([key]) != [writer.content(key)]:
-        pytest.skip(
-            "a second instance on the same config does not see the first one's pages; isolation is unobservable"
-        )
+        harness.skip_unshared()
 
 
 class IsolationTests:
@@ -40,12 +39,14 @@ class IsolationTests:
 
     @pytest.mark.parametrize("variant", [v[0] for v in VARIANTS])
     def test_isolation_configs_do_not_share(self, harness: Harness, variant: str) -> None:
+        """A deployment differing in one of model, dtype, layout, page size, ranks or namespace sees none of
+        another's pages (storage keys differ)."""
         _, pool_changes, config_changes = next(v for v in VARIANTS if v[0] == variant)
         if variant == "namespace":
             harness.require_sdk("the namespace option")
         writer = harness.open(PoolSpec(), **BASE)
         key = harness.key()
-        assert writer.put([key]) == [True]
+        check_equal(writer.put([key]), [True], "the writer storing a page")
         _shared_or_skip(harness, writer, key)
         fields = {**BASE, **config_changes}
         extra = None
@@ -55,20 +56,21 @@ class IsolationTests:
         if fields.get("model_name") == "OTHER":
             fields["model_name"] = f"{harness.model}-other"
         reader = harness.open(PoolSpec().with_(**pool_changes), config=harness.config(extra=extra, **fields))
-        assert reader.exists_each([key]) == [False], f"a deployment differing only in {variant} sees another's page"
-        assert reader.fetch([key]) == [None], f"a deployment differing only in {variant} reads another's page"
+        what = f"a deployment differing only in {variant}"
+        rule = "isolation: deployments that could misread each other's bytes never share a storage key"
+        check_equal(reader.exists_each([key]), [False], f"{what}: exists of the writer's page", rule=rule)
+        reader.check_pages(reader.fetch([key]), [key], [None], f"{what}: reading the writer's page", rule=rule)
         if harness.sdk:
-            assert reader.exists_prefix([key]) == 0
+            check_equal(reader.exists_prefix([key]), 0, f"{what}: batch_exists of the writer's page", rule=rule)
 
     def test_isolation_mla_ranks_share(self, harness: Harness) -> None:
+        """With is_mla_model=True every tp rank holds the same KV: rank 1 reads rank 0's pages."""
         spec = PoolSpec(is_mla=True)
         writer = harness.open(spec, tp_rank=0, tp_size=2, is_mla_model=True)
         key = harness.key()
-        assert writer.put([key], versions=9) == [True]
+        check_equal(writer.put([key], versions=9), [True], "tp rank 0 of an MLA model storing a page")
         _twin = harness.open(spec, config=writer.config)
         if _twin.fetch([key]) != [writer.content(key, 9)]:
-            pytest.skip("a second instance on the same config does not see the first one's pages")
+            harness.skip_unshared()
         reader = harness.open(spec, tp_rank=1, tp_size=2, is_mla_model=True)
-        assert reader.fetch([key]) == [writer.content(key, 9)], (
-            "with is_mla_model=True every tp rank holds identical KV and must read rank 0's pages"
-        )
+        reader.check_pages(reader.fetch([key]), [key], 9, "tp rank 1 of the MLA model reading rank 0's page")

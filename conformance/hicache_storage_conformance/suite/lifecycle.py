@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import contextlib
+from collections.abc import Callable
+from typing import Any
 
 from hicache_storage import ConfigError
 
+from ..checks import Mismatch, check, check_equal
 from ..harness import Harness
 from ..pages import host_indices, make_pool
 
@@ -18,32 +21,33 @@ class LifecycleTests:
     category = "lifecycle"
 
     def test_lifecycle_construct_and_use(self, harness: Harness) -> None:
+        """A fresh instance on the given config stores a page and reads it back."""
         handle = harness.open()
         key = harness.key()
-        assert handle.put([key]) == [True], "writing one page to a fresh instance failed"
-        assert handle.same(handle.fetch([key]), [handle.content(key)]), (
-            "a fresh instance did not return the page just written"
-        )
+        check_equal(handle.put([key]), [True], "writing one page to a fresh instance")
+        handle.check_pages(handle.fetch([key]), [key], 0, "reading it back")
 
     def test_lifecycle_context_manager(self, harness: Harness) -> None:
+        """The backend is a context manager: __enter__ returns it, leaving the block closes it."""
         harness.require_sdk("the context manager")
         backend = harness.target.construct(harness.config())
         with backend as entered:
-            assert entered is backend, "__enter__ must return the backend itself"
+            check(entered is backend, "__enter__()", "the backend itself", repr(entered))
             entered.register_mem_pool_host(make_pool(harness.open().spec))
-            assert entered.batch_exists([harness.key()]) == 0
-        assert backend.closed, "leaving the with-block must close the backend"
+            check_equal(entered.batch_exists([harness.key()]), 0, "batch_exists of an absent key inside the block")
+        check_equal(backend.closed, True, "backend.closed after leaving the with-block")
 
     def test_lifecycle_close_is_idempotent_and_final(self, harness: Harness) -> None:
+        """close() may be called twice; every storage call after it raises a ValueError subclass."""
         harness.require_sdk("close()")
         handle = harness.open()
         key = harness.key()
-        assert handle.put([key]) == [True]
+        check_equal(handle.put([key]), [True], "writing a page before close()")
         backend = handle.backend
         handle.close()
         backend.close()  # second close: no error
-        assert backend.closed
-        calls = {
+        check_equal(backend.closed, True, "backend.closed after close()")
+        calls: dict[str, Callable[[], Any]] = {
             "batch_get_v1": lambda: backend.batch_get_v1([key], host_indices(handle.pool, [0])),
             "batch_set_v1": lambda: backend.batch_set_v1([key], host_indices(handle.pool, [0])),
             "batch_exists": lambda: backend.batch_exists([key]),
@@ -51,27 +55,45 @@ class LifecycleTests:
             "batch_get": lambda: backend.batch_get([key]),
         }
         for name, call in calls.items():
-            with pytest.raises(ValueError):
-                call()
-                pytest.fail(f"{name} after close() returned instead of raising a ValueError subclass")
+            try:
+                result = call()
+            except ValueError:
+                continue
+            except Exception as exc:
+                raise Mismatch(
+                    f"{name} after close()", "a ValueError subclass", f"{type(exc).__name__}: {exc}"
+                ) from exc
+            raise Mismatch(f"{name} after close()", "a ValueError subclass raised", f"it returned {result!r}")
 
     def test_lifecycle_reopen_same_config(self, harness: Harness) -> None:
+        """A second instance on the same config, after the first is closed, writes and reads pages."""
         first = harness.open()
         key = harness.key()
-        assert first.put([key]) == [True]
+        check_equal(first.put([key]), [True], "writing a page with the first instance")
         first.close()
         second = harness.open(config=first.config)
         other = harness.key()
-        assert second.put([other]) == [True], "a second instance on the same config could not write"
-        assert second.same(second.fetch([other]), [second.content(other)]), (
-            "a second instance on the same config misread a page"
-        )
+        check_equal(second.put([other]), [True], "a second instance on the same config writing a page")
+        second.check_pages(second.fetch([other]), [other], 0, "the second instance reading it back")
 
     def test_lifecycle_unknown_option_is_rejected(self, harness: Harness) -> None:
+        """An unknown option raises ConfigError naming it (a typo never falls back to a default)."""
         harness.require_sdk("option validation")
         config = harness.config(extra={UNKNOWN_OPTION: 1})
-        with pytest.raises(ConfigError) as caught:
-            harness.target.construct(config)
-        assert UNKNOWN_OPTION in str(caught.value), (
-            f"ConfigError for an unknown option must name it ({UNKNOWN_OPTION!r}); got: {caught.value}"
+        try:
+            built = harness.target.construct(config)
+        except ConfigError as exc:
+            check(
+                UNKNOWN_OPTION in str(exc),
+                "the ConfigError for an unknown option",
+                f"naming {UNKNOWN_OPTION!r}",
+                str(exc),
+            )
+            return
+        except Exception as exc:
+            raise Mismatch(f"constructing with extra_config.{UNKNOWN_OPTION}", "ConfigError", repr(exc)) from exc
+        with contextlib.suppress(Exception):
+            built.close()
+        raise Mismatch(
+            f"constructing with extra_config.{UNKNOWN_OPTION}", "ConfigError naming the option", "an instance"
         )

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
+from ..checks import Mismatch, check_equal, describe_page
 from ..harness import Handle, Harness
 
 KEY_COUNT = 6
@@ -30,32 +31,35 @@ def _machine(harness: Harness) -> type[RuleBasedStateMachine]:
             self.version = 0
 
         def _check(self, picked: list[int], pages: list[bytes | None], how: str) -> None:
+            rule = "a read returns the last acknowledged write of the key; a key never written or deleted misses"
             for index, data in zip(picked, pages):
                 expected = self.model.get(index)
-                if data is None:
-                    assert expected is None or caps.may_evict, f"{how}: key {index} (version {expected}) read as a miss"
+                if expected is None and data is None:
                     continue
-                assert expected is not None, f"{how}: key {index} was never written (or was deleted) but read as a hit"
-                assert data == self.handle.content(self.keys[index], expected), (
-                    f"{how}: key {index} returned bytes other than version {expected}"
-                )
+                if data is None and caps.may_evict:
+                    continue
+                want = "a miss (never written, or deleted)" if expected is None else f"version {expected} of the key"
+                if expected is None or data != self.handle.content(self.keys[index], expected):
+                    got = describe_page(data, self.keys[index], expected, others=self.keys)
+                    raise Mismatch(f"{how} of key {index}", want, got, rule=rule)
 
         def _stats(self) -> str:
             """The backend's statistics, for a failure message (empty when it has none)."""
             get_stats = getattr(self.handle.backend, "get_stats", None)
-            return f"; backend stats: {get_stats()}" if callable(get_stats) else ""
+            return f"backend stats: {get_stats()}" if callable(get_stats) else ""
 
         @rule(picked=indices, v0=st.booleans())
         def write(self, picked: list[int], v0: bool) -> None:
             self.version += 1
             unique = list(dict.fromkeys(picked))
             keys = [self.keys[i] for i in unique]
+            rule = "a write to a working backend is acknowledged (True)"
             if v0 or not harness.target.has_v1:
                 done: object = self.handle.set_v0(keys, self.version)
-                assert done is True, f"batch_set returned {done!r}{self._stats()}"
+                check_equal(done, True, f"batch_set of keys {unique}", rule=rule, hint=self._stats())
             else:
                 done = self.handle.set_v1(keys, self.version)
-                assert done == [True] * len(keys), f"batch_set_v1 returned {done!r}{self._stats()}"
+                check_equal(done, [True] * len(keys), f"batch_set_v1 of keys {unique}", rule=rule, hint=self._stats())
             for index in unique:
                 self.model[index] = self.version
 
@@ -69,22 +73,23 @@ def _machine(harness: Harness) -> type[RuleBasedStateMachine]:
         def exists(self, picked: list[int]) -> None:
             keys = [self.keys[i] for i in picked]
             each = self.handle.exists_each(keys)
+            rule = "exists is True exactly for keys written and not deleted since"
             for index, hit in zip(picked, each):
                 if not caps.may_evict:
-                    assert hit == (index in self.model), (
-                        f"exists of key {index} is {hit}; model says {index in self.model}"
-                    )
+                    check_equal(hit, index in self.model, f"batch_exists_each, key {index}", rule=rule)
                 elif hit is False:
                     self.model.pop(index, None)
             leading = next((i for i, hit in enumerate(each) if not hit), len(each))
             count = self.handle.exists_prefix(keys)
             if not caps.may_evict:
-                assert count == leading, f"batch_exists returned {count}; the leading run of existing keys is {leading}"
+                rule = "batch_exists counts the leading run of existing keys"
+                check_equal(count, leading, f"batch_exists of keys {picked}", rule=rule)
 
         @precondition(lambda self: harness.sdk and caps.supports_delete)
         @rule(picked=indices)
         def delete(self, picked: list[int]) -> None:
-            assert self.handle.delete([self.keys[i] for i in picked]) == [True] * len(picked), "delete failed"
+            done = self.handle.delete([self.keys[i] for i in picked])
+            check_equal(done, [True] * len(picked), f"delete of keys {picked}", rule="delete reports True per key")
             for index in picked:
                 self.model.pop(index, None)
 
@@ -107,6 +112,8 @@ class ModelTests:
     max_examples = 25
 
     def test_model_state_machine(self, harness: Harness) -> None:
+        """Random sequences of write (v1/v0), read, exists, delete and clear agree with a dictionary model;
+        a failure reports the shrunk sequence of steps."""
         machine = _machine(harness)
         config: Any = settings(
             max_examples=int(self.max_examples),
@@ -114,6 +121,8 @@ class ModelTests:
             deadline=None,
             database=None,
             derandomize=False,
+            report_multiple_bugs=False,
             suppress_health_check=list(HealthCheck),
         )
-        run_state_machine_as_test(machine, settings=config)
+        run: Any = run_state_machine_as_test
+        run(machine, settings=config)
