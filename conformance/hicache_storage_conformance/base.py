@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,7 +27,7 @@ from .suite.multi_pool import MultiPoolTests
 from .suite.overwrite import OverwriteTests
 from .suite.roundtrip import RoundTripTests
 from .suite.zero_copy import ZeroCopyTests
-from .target import Target, resolve_target
+from .target import Target, cached_target
 
 __all__ = ["CATEGORIES", "MIXINS", "BackendConformance", "ConformanceBase", "category_of"]
 
@@ -55,9 +54,7 @@ if tuple(vars(mixin)["category"] for mixin in MIXINS) != CATEGORIES:  # pragma: 
     raise ImportError("categories.CATEGORIES does not list the suite's mixins in order")
 
 
-@lru_cache(maxsize=64)
-def _resolve(backend: Any, sglang: bool | None, overrides: tuple[tuple[str, Any], ...]) -> Target:
-    return resolve_target(backend, sglang=sglang, overrides=dict(overrides))
+_resolve = cached_target
 
 
 class ConformanceBase:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .pages import key_hash, page_content, stamp_of
 
-__all__ = ["SENTINEL", "Mismatch", "check", "check_equal", "check_pages", "describe_page", "short_key"]
+__all__ = ["SENTINEL", "Mismatch", "check", "check_equal", "check_pages", "describe_page", "short_key", "summarize"]
 
 #: Byte pattern written into slots before a read, to see which slots a backend touched.
 SENTINEL = 0xA5
@@ -46,6 +46,18 @@ def check_equal(actual: Any, expected: Any, what: str, *, rule: str = "", hint: 
     """Raise :class:`Mismatch` unless ``actual == expected``."""
     if actual != expected:
         raise Mismatch(what, expected, actual, rule=rule, hint=hint)
+
+
+def summarize(value: Any) -> Any:
+    """``value`` with tensors and byte strings replaced by short descriptions (for messages)."""
+    if isinstance(value, list):
+        return [summarize(item) for item in value]
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value)} bytes>"
+    nbytes = getattr(value, "nbytes", None)
+    if nbytes is not None and hasattr(value, "dtype"):
+        return f"<a tensor of {nbytes} bytes>"
+    return value
 
 
 def short_key(key: str) -> str:

@@ -1,15 +1,15 @@
 """``hicache-storage conformance BACKEND ...``: run the suite in-process and print the report.
 
-Exit status: 0 when nothing failed, 1 when a test failed, 2 for a usage error (bad arguments,
-unknown backend, invalid ``--config``).
+Exit status: 0 when nothing failed and every skip is accepted, 1 when a test failed, a skip is
+not accepted (``--require``, ``--fail-on-skip``, ``--profile strict``) or the backend cannot be
+built for another reason than its config, 2 for a usage error (bad arguments, unknown backend,
+invalid ``--config``, a backend that cannot be built from its config).
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,14 +19,16 @@ from hicache_storage import BackendLoadError, ConfigError
 
 from . import selection
 from ._version import SUITE_VERSION
-from .base import CATEGORIES
-from .harness import substitute_tmp as _substitute
+from .categories import CATEGORIES
+from .gate import SUITE_MODULE, BuildError, build_check
+from .hooks import find_target
 from .report import Collector, render, write_json
-from .target import parse_capability_overrides, resolve_target
+from .skips import PROFILES, parse_policy
+from .target import parse_capability_overrides
 
-__all__ = ["build_parser", "console_main", "main"]
+__all__ = ["SUITE_MODULE", "build_parser", "console_main", "main"]
 
-SUITE_MODULE = Path(__file__).resolve().parent / "suite" / "test_selected.py"
+PLUGIN_NAME = "hicache_conformance"
 
 
 def build_parser(prog: str = "hicache-storage conformance") -> argparse.ArgumentParser:
@@ -43,6 +45,12 @@ def build_parser(prog: str = "hicache-storage conformance") -> argparse.Argument
         metavar="CATEGORY",
         help=f"run only these categories: {', '.join(CATEGORIES)}",
     )
+    parser.add_argument(
+        "--target",
+        metavar="MODULE:NAME",
+        help="the backend's conformance target (test-only hooks); default: the entry point "
+        "hicache_storage.conformance_targets named like the backend",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
     parser.add_argument("--junitxml", type=Path, metavar="FILE", help="write a JUnit XML report")
     parser.add_argument("--max-examples", type=int, default=25, metavar="N", help="examples of the model-based test")
@@ -50,6 +58,20 @@ def build_parser(prog: str = "hicache-storage conformance") -> argparse.Argument
         "--capability-override", action="append", default=[], metavar="NAME=VALUE", help="test as if this were declared"
     )
     parser.add_argument("--sglang", action="store_true", help="test only SGLang's surface (auto for non-SDK classes)")
+    parser.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="CATEGORY",
+        help="categories that must run with no test skipped (repeat or comma-separate)",
+    )
+    parser.add_argument("--fail-on-skip", action="store_true", help="fail when any test skips")
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="default",
+        help="strict: fail on any skip that is not for an undeclared capability (what a published plugin's CI runs)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output too")
     return parser
 
@@ -67,28 +89,40 @@ def main(argv: list[str]) -> int:
         config = selection.parse_config(args.config)
         only = selection.split_categories(args.only, CATEGORIES)
         overrides = parse_capability_overrides(args.capability_override)
-        target = resolve_target(args.backend, sglang=True if args.sglang else None, overrides=overrides)
+        policy = parse_policy(args.profile, args.require, args.fail_on_skip)
+        left_out = [name for name in policy.require if only and name not in only]
+        if left_out:
+            raise ConfigError("--require", f"categories {left_out} are required but --only leaves them out")
     except (BackendLoadError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    probe_dir = tempfile.mkdtemp(prefix="hicache-conformance-probe-")
-    try:
-        effective = target.probe(_substitute(config, probe_dir)) if target.sdk else target.declared
-    finally:
-        shutil.rmtree(probe_dir, ignore_errors=True)
-    header = {**target.describe(effective), "suite_version": SUITE_VERSION, "config": config, "only": list(only)}
-    selection.use(
-        selection.Selection(
-            backend=args.backend,
-            config=config,
-            only=only,
-            overrides=overrides,
-            max_examples=args.max_examples,
-            sglang=True if args.sglang else None,
-        )
+    chosen = selection.Selection(
+        backend=args.backend,
+        config=config,
+        only=only,
+        overrides=overrides,
+        max_examples=args.max_examples,
+        sglang=True if args.sglang else None,
+        target=args.target,
     )
+    try:
+        target, effective = build_check(chosen)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print("no test was run", file=sys.stderr)
+        return 2 if exc.usage else 1
+    hooks, source = find_target(args.backend, args.target)
+    header = {
+        **target.describe(effective),
+        "suite_version": SUITE_VERSION,
+        "config": config,
+        "only": list(only),
+        "hooks": hooks.describe() + (f" [{source}]" if source != "none" else ""),
+    }
+    selection.use(chosen)
     collector = Collector()
-    pytest_args = [str(SUITE_MODULE), "-p", "no:cacheprovider", "-o", "addopts=", "-o", "python_files=test_*.py"]
+    pytest_args = [str(SUITE_MODULE), "-p", "no:cacheprovider", "-p", f"no:{PLUGIN_NAME}", "-o", "addopts="]
+    pytest_args += ["-o", "python_files=test_*.py"]
     pytest_args += ["-q", "-rN"] if args.verbose else ["-p", "no:terminal"]
     if args.junitxml:
         pytest_args.append(f"--junitxml={args.junitxml}")
@@ -96,15 +130,17 @@ def main(argv: list[str]) -> int:
         code = pytest.main(pytest_args, plugins=[collector])
     finally:
         selection.use(None)
-    render(Console(), header, collector)
+    shown = policy if policy.active else None
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: wide enough that tables do not wrap
+        console = Console(width=160)
+    render(console, header, collector, shown)
     if args.json:
-        write_json(args.json, header, collector)
+        write_json(args.json, header, collector, shown)
     counts = collector.counts()
-    if counts["failed"] or code not in (
-        pytest.ExitCode.OK,
-        pytest.ExitCode.NO_TESTS_COLLECTED,
-        pytest.ExitCode.TESTS_FAILED,
-    ):
+    if counts["failed"] or collector.violations(shown):
+        return 1
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED, pytest.ExitCode.TESTS_FAILED):
         return 1
     return 0
 

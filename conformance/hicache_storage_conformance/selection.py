@@ -3,7 +3,10 @@
 Environment (for CI): ``HICACHE_CONFORMANCE_BACKEND`` (name or ``module:Class``; unset = skip),
 ``HICACHE_CONFORMANCE_CONFIG`` (JSON object or ``@file``), ``HICACHE_CONFORMANCE_ONLY``
 (comma-separated categories), ``HICACHE_CONFORMANCE_CAPABILITIES`` (``name=value,...``),
-``HICACHE_CONFORMANCE_MAX_EXAMPLES``, ``HICACHE_CONFORMANCE_SGLANG`` (``1`` = SGLang surface only).
+``HICACHE_CONFORMANCE_MAX_EXAMPLES``, ``HICACHE_CONFORMANCE_SGLANG`` (``1`` = SGLang surface only),
+``HICACHE_CONFORMANCE_TARGET`` (``module:Name`` of the backend's conformance target),
+``HICACHE_CONFORMANCE_PROFILE`` (``strict``), ``HICACHE_CONFORMANCE_REQUIRE`` (categories that may not
+skip) and ``HICACHE_CONFORMANCE_FAIL_ON_SKIP`` (``1``: no test may skip).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 
 from hicache_storage import ConfigError
 
+from .categories import CATEGORIES
+from .skips import SkipPolicy, parse_policy
 from .target import parse_capability_overrides
 
 __all__ = ["ENV_BACKEND", "Selection", "current", "parse_config", "split_categories", "use"]
@@ -26,11 +31,21 @@ ENV_ONLY = "HICACHE_CONFORMANCE_ONLY"
 ENV_CAPABILITIES = "HICACHE_CONFORMANCE_CAPABILITIES"
 ENV_MAX_EXAMPLES = "HICACHE_CONFORMANCE_MAX_EXAMPLES"
 ENV_SGLANG = "HICACHE_CONFORMANCE_SGLANG"
+ENV_TARGET = "HICACHE_CONFORMANCE_TARGET"
+ENV_PROFILE = "HICACHE_CONFORMANCE_PROFILE"
+ENV_REQUIRE = "HICACHE_CONFORMANCE_REQUIRE"
+ENV_FAIL_ON_SKIP = "HICACHE_CONFORMANCE_FAIL_ON_SKIP"
+_TRUE = ("1", "true", "yes")
 
 
 @dataclass
 class Selection:
-    """A backend and how to test it."""
+    """A backend and how to test it.
+
+    ``target``: the backend's conformance target (``module:Name``; ``None`` = by entry point);
+    ``policy``: skips that fail their test instead (``None`` = every skip is a skip; the CLI judges
+    skips after the run instead).
+    """
 
     backend: str
     config: dict[str, Any] = field(default_factory=dict)
@@ -38,6 +53,8 @@ class Selection:
     overrides: dict[str, Any] = field(default_factory=dict)
     max_examples: int = 25
     sglang: bool | None = None
+    target: str | None = None
+    policy: SkipPolicy | None = None
 
 
 _explicit: Selection | None = None
@@ -84,19 +101,24 @@ def current() -> Selection | None:
     backend = os.environ.get(ENV_BACKEND, "").strip()
     if not backend:
         return None
-    from .base import CATEGORIES
-
     caps = [item for item in os.environ.get(ENV_CAPABILITIES, "").split(",") if item.strip()]
     examples = os.environ.get(ENV_MAX_EXAMPLES, "").strip()
     try:
         max_examples = int(examples) if examples else 25
     except ValueError:
         raise ConfigError(ENV_MAX_EXAMPLES, f"expected an integer, got {examples!r}") from None
+    policy = parse_policy(
+        os.environ.get(ENV_PROFILE, "").strip() or None,
+        [os.environ.get(ENV_REQUIRE, "")],
+        os.environ.get(ENV_FAIL_ON_SKIP, "").strip().lower() in _TRUE,
+    )
     return Selection(
         backend=backend,
         config=parse_config(os.environ.get(ENV_CONFIG, ""), what=ENV_CONFIG),
         only=split_categories([os.environ.get(ENV_ONLY, "")], CATEGORIES),
         overrides=parse_capability_overrides(caps),
         max_examples=max_examples,
-        sglang=True if os.environ.get(ENV_SGLANG, "").strip() in ("1", "true", "yes") else None,
+        sglang=True if os.environ.get(ENV_SGLANG, "").strip().lower() in _TRUE else None,
+        target=os.environ.get(ENV_TARGET, "").strip() or None,
+        policy=policy if policy.active else None,
     )

@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import metadata
 from typing import Any
 
 from hicache_storage import BackendLoadError, Capabilities, ConfigError, HiCacheStorage
 from hicache_storage.registry import BackendInfo, resolve_backend
 
-__all__ = ["SGLANG_REQUIRED", "V2_METHODS", "Target", "parse_capability_overrides", "resolve_target"]
+__all__ = ["SGLANG_REQUIRED", "V2_METHODS", "Target", "cached_target", "parse_capability_overrides", "resolve_target"]
 
 #: Methods a class must define to be tested through SGLang's surface.
 SGLANG_REQUIRED = ("get", "batch_get", "set", "batch_set", "exists")
@@ -70,13 +71,19 @@ class Target:
             return self.cls(config)
         return self.cls()
 
-    def probe(self, options: dict[str, Any]) -> Capabilities:
-        """Capabilities of an instance built with ``options`` (they may depend on options); declared on failure."""
+    def probe(self, options: dict[str, Any], *, strict: bool = False) -> Capabilities:
+        """Capabilities of an instance built with ``options`` (they may depend on options).
+
+        When the instance cannot be built: the declared capabilities, or with ``strict`` the error
+        (a :class:`ConfigError` naming the option for a bad or missing option).
+        """
         from hicache_storage import make_config
 
         try:
             backend = self.construct(make_config("conformance-probe", extra_config=options))
         except Exception:
+            if strict:
+                raise
             return self.declared
         try:
             caps = getattr(backend, "capabilities", None)
@@ -202,3 +209,9 @@ def resolve_target(
     if sglang:
         return _sglang_target(backend, cls, overrides, info)
     return Target(backend, cls, True, cls.capabilities, overrides, info)
+
+
+@lru_cache(maxsize=64)
+def cached_target(backend: Any, sglang: bool | None, overrides: tuple[tuple[str, Any], ...]) -> Target:
+    """:func:`resolve_target`, cached (the suite resolves the backend once per test)."""
+    return resolve_target(backend, sglang=sglang, overrides=dict(overrides))

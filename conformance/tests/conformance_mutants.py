@@ -220,6 +220,50 @@ class ValidatesPerTransfer(MemoryBackend):
         return results
 
 
+class SwallowsWriteErrors(MemoryBackend):
+    """Wraps its store writes in try/except and answers True anyway ("the store will catch up")."""
+
+    def write_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
+        try:
+            return super().write_pages(keys, pages, context)
+        except Exception:
+            return [True] * len(keys)
+
+
+class SwallowsReadErrors(MemoryBackend):
+    """Catches every error while filling a page and reports the page read."""
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
+        out = []
+        for key, page in zip(keys, pages):
+            try:
+                out.extend(super().read_pages([key], [page], context))
+            except Exception:
+                out.append(key in self.raw_store())
+        return out
+
+
+class CopiesThroughBytes(MemoryBackend):
+    """Declares zero_copy but moves every page through an intermediate ``bytes`` of the page's size."""
+
+    capabilities = dataclasses.replace(MemoryBackend.capabilities, zero_copy=True)
+
+    def write_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
+        return super().write_pages(keys, [[memoryview(b"".join(bytes(s) for s in page))] for page in pages], context)
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
+        out = []
+        for key, page in zip(keys, pages):
+            staging = bytearray(sum(segment.nbytes for segment in page))
+            hit = super().read_pages([key], [[memoryview(staging)]], context)[0]
+            offset = 0
+            for segment in page:
+                segment.cast("B")[:] = staging[offset : offset + segment.nbytes]
+                offset += segment.nbytes
+            out.append(hit)
+        return out
+
+
 #: name → (rule broken, category expected to catch it)
 MUTANTS: dict[str, tuple[str, str]] = {
     "PrefixAsTotal": ("batch_exists returns the total count of hits, not the leading run", "batch"),
@@ -242,4 +286,7 @@ MUTANTS: dict[str, tuple[str, str]] = {
     ),
     "SidecarKeysIgnoreGeometry": ("sidecar storage keys ignore the pool's geometry", "multi_pool"),
     "ValidatesPerTransfer": ("batch_set_v2 writes earlier transfers before rejecting a bad one", "multi_pool"),
+    "SwallowsWriteErrors": ("a write whose store call fails is acknowledged True (errors swallowed)", "faults"),
+    "SwallowsReadErrors": ("a read that fails while filling the page reports a hit (errors swallowed)", "faults"),
+    "CopiesThroughBytes": ("declares zero_copy but copies every page through an intermediate bytes", "zero_copy"),
 }

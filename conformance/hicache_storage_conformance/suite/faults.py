@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ..checks import Mismatch, check, check_equal, describe_page, short_key
+from ..checks import Mismatch, check, check_equal, describe_page, short_key, summarize
 from ..faultkit import FAULT_MODES, FAULT_RESILIENCE, fault_wrapper, interpose, poison_read, poison_write
 from ..harness import Handle, Harness
 from ..pages import host_indices, tensor_of, write_slot
@@ -63,7 +63,7 @@ def _call(name: str, call: Callable[[], Any], expected: Any, limit: float, when:
     except Exception as exc:
         raise Mismatch(f"{name} {when}", repr(expected), f"{type(exc).__name__}: {exc}", rule=rule) from exc
     took = time.monotonic() - begin
-    check_equal(result, expected, f"{name} {when}", rule=rule)
+    check_equal(summarize(result), summarize(expected), f"{name} {when}", rule=rule)
     check(took <= limit, f"{name} {when}", f"an answer within {limit:.1f}s", f"an answer after {took:.1f}s", rule=rule)
 
 
@@ -144,9 +144,9 @@ class FaultTests:
                 if (ok or there) and not exact:
                     answer = "True" if ok else "False, yet exists() says the page is there"
                     raise Mismatch(
-                        f"{path} of 3 pages where write_pages could not read page {index}'s host memory "
-                        f"(key {short_key(keys[index])}; the suite handed it a buffer that raises on use)",
-                        "False for that page, and the page not visible (let the error propagate: the base class "
+                        f"{path} of 3 pages, page 1 handed to write_pages as a buffer that raises on use "
+                        f"(its host memory unreadable): the answer for page {index} (key {short_key(keys[index])})",
+                        "False unless the page is stored byte-exact (let the error propagate: the base class "
                         "turns it into False and counts it)",
                         f"{answer}, and a read returns {describe_page(data, keys[index], 1, others=keys)}",
                         rule="a write is acknowledged (True) only once a read of that key returns the whole page",
@@ -169,9 +169,10 @@ class FaultTests:
             for index, data in enumerate(got):
                 if data is not None and data != handle.content(keys[index], 2):
                     raise Mismatch(
-                        f"{path} of 3 pages where read_pages could not write page {index} into host memory "
-                        f"(key {short_key(keys[index])}; the suite handed it a read-only view of the slot)",
-                        "a miss for that page (let the error propagate: the base class turns it into a miss)",
+                        f"{path} of 3 pages, page 1 handed to read_pages as a read-only view of its slot "
+                        f"(nothing can be read into it): the answer for page {index} (key {short_key(keys[index])})",
+                        "a miss unless the slot holds the page (let the error propagate: the base class turns it "
+                        "into a miss)",
                         f"a hit, and the slot holds {describe_page(data, keys[index], 2, others=keys)}",
                         rule="a read that fails is a miss, never a hit with bytes that are not the page",
                         hint="the backend swallowed an error and reported a page it never read",

@@ -1,15 +1,22 @@
-"""The suite run on the backend chosen by the CLI or by ``HICACHE_CONFORMANCE_BACKEND`` (skipped when unset)."""
+"""The suite run on the backend chosen by the CLI, the pytest plugin or ``HICACHE_CONFORMANCE_BACKEND``.
+
+One test class per category (``TestLifecycle``, ``TestFaults``, ...), so reports and JUnit
+classnames group by category. Skipped with a reason when no backend is selected.
+"""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hicache_storage import ConfigError
-from hicache_storage_conformance.base import BackendConformance, _resolve
+from hicache_storage_conformance.base import MIXINS, ConformanceBase, _resolve
+from hicache_storage_conformance.hooks import ConformanceTarget, find_target
 from hicache_storage_conformance.selection import ENV_BACKEND, Selection, current
+from hicache_storage_conformance.skips import SkipPolicy
 from hicache_storage_conformance.target import Target
 
 
@@ -23,8 +30,13 @@ def _selection() -> Selection:
     return selection
 
 
-class TestSelectedBackend(BackendConformance):
-    """Every category, on the selected backend."""
+@lru_cache(maxsize=16)
+def _hooks(backend: str, target: str | None) -> ConformanceTarget:
+    return find_target(backend, target)[0]
+
+
+class _Selected(ConformanceBase):
+    """The selected backend, its options, hooks and skip policy."""
 
     def resolve_target(self) -> Target:
         selection = _selection()
@@ -36,3 +48,19 @@ class TestSelectedBackend(BackendConformance):
 
     def backend_options(self, tmp_path: Path) -> dict[str, Any]:
         return dict(_selection().config)
+
+    def skip_policy(self) -> SkipPolicy | None:
+        return _selection().policy
+
+    def target_hooks(self) -> ConformanceTarget:
+        selection = _selection()
+        return _hooks(selection.backend, selection.target)
+
+
+def _class_name(category: str) -> str:
+    return "Test" + "".join(part.capitalize() for part in category.split("_"))
+
+
+for _mixin in MIXINS:
+    _name = _class_name(str(vars(_mixin)["category"]))
+    globals()[_name] = type(_name, (_Selected, _mixin), {"__module__": __name__, "__doc__": _mixin.__doc__})
