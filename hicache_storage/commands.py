@@ -149,7 +149,7 @@ def _cmd_conformance(args: argparse.Namespace, console: Console) -> int:
     except ImportError:
         console.print("[red]The conformance suite is not installed:[/] pip install hicache-storage-conformance")
         return 2
-    result: int = conformance_main(list(args.rest))
+    result: int = conformance_main(list(args.rest))  # "--help" included: the suite prints its own help
     return result
 
 
@@ -201,8 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the conformance suite against a backend",
         description="Run the conformance suite; all arguments are passed to it (see --help there).",
         add_help=False,
+        prefix_chars="\x00",  # nothing here is an option: --help and every flag reach the suite's own parser
     )
-    conformance.add_argument("rest", nargs=argparse.REMAINDER)
+    conformance.add_argument("rest", nargs="*")
     conformance.set_defaults(handler=_cmd_conformance)
 
     new = sub.add_parser("new-backend", help="create a new backend plugin package from the template")
