@@ -69,7 +69,7 @@ def _rename(text: str, name: str) -> str:
     text = re.sub(rf'^{old} = "', f'{name} = "', text, flags=re.MULTILINE)
     for quote in ('"', "`"):
         text = text.replace(f"{quote}{old}{quote}", f"{quote}{name}{quote}")
-    return text.replace(f"conformance {old}\n", f"conformance {name}\n")
+    return re.sub(rf"(conformance|--hicache-backend) {old}\b", rf"\1 {name}", text)
 
 
 def create_backend_package(name: str, directory: Path) -> Path:

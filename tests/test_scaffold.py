@@ -28,6 +28,7 @@ def test_creates_renamed_package(tmp_path: Path) -> None:
         "conftest.py",
         "hicache_storage_my_store/__init__.py",
         "hicache_storage_my_store/backend.py",
+        "hicache_storage_my_store/conformance.py",
         "hicache_storage_my_store/py.typed",
         "pyproject.toml",
         "tests/test_my_store_conformance.py",

@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
         "suite_version": SUITE_VERSION,
         "config": config,
         "only": list(only),
-        "hooks": hooks.describe() + (f" [{source}]" if source != "none" else ""),
+        "hooks": hooks.describe(target.cls) + (f" [{source}]" if source != "none" else ""),
     }
     selection.use(chosen)
     collector = Collector()

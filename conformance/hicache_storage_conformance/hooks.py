@@ -128,13 +128,16 @@ class ConformanceTarget:
         switch(available)
 
     # ---------------------------------------------------------------- description
-    def describe(self) -> str:
-        """Which hooks this target provides (for report headers)."""
+    def describe(self, cls: type | None = None) -> str:
+        """Which hooks this target provides, and which ``cls`` (the backend class) offers by duck typing."""
         own = [name for name in _HOOKS if _overrides(self, name)]
-        name = type(self).__qualname__
+        duck = [
+            f"{name}()" for name in ("raw_store", "path_for", "set_available") if callable(getattr(cls, name, None))
+        ]
+        on_instance = f"on the instance: {', '.join(duck)}" if duck else "none on the instance"
         if type(self) is ConformanceTarget:
-            return "none: duck typing on the instance (raw_store(), path_for(), set_available())"
-        return f"{name} ({', '.join(own) or 'no hook of its own'})"
+            return f"no conformance target; {on_instance}"
+        return f"{type(self).__qualname__} ({', '.join(own) or 'no hook of its own'}); {on_instance}"
 
 
 def _overrides(target: ConformanceTarget, name: str) -> bool:
@@ -189,7 +192,7 @@ class _Adapter(ConformanceTarget):
         else:
             super().start_server(backend)
 
-    def describe(self) -> str:
+    def describe(self, cls: type | None = None) -> str:
         own = [name for name in _HOOKS if _overrides(self, name)]
         return f"{type(self.inner).__qualname__} ({', '.join(own) or 'no hook of its own'})"
 

@@ -1,7 +1,8 @@
 """An in-memory backend written against the three primitives of :class:`hicache_storage.HiCacheStorage`.
 
 The base class validates requests, maps page hashes to storage keys, splits batches, turns
-exceptions into misses and keeps statistics; this class only stores and fetches bytes.
+exceptions into misses and keeps statistics; this class only stores and fetches bytes. Its
+test-only hooks (reaching the stored records, making the store fail) live in ``conformance.py``.
 """
 
 from __future__ import annotations
@@ -68,10 +69,10 @@ class ExampleBackend(HiCacheStorage):
                 self._records.pop(key, None)
         return [True] * len(keys)
 
-    def clear_pages(self) -> None:
+    def clear_pages(self, prefixes: Sequence[str] | None) -> None:
         with self._lock:
-            self._records.clear()
-
-    def raw_store(self) -> dict[str, bytes]:
-        """The stored records by storage key (lets the conformance suite damage pages on purpose)."""
-        return self._records
+            if prefixes is None:
+                self._records.clear()
+                return
+            for key in [key for key in self._records if key.startswith(tuple(prefixes))]:
+                del self._records[key]

@@ -9,15 +9,18 @@ import pytest
 import torch
 from hicache_storage_conformance import BackendConformance
 from hicache_storage_example import ExampleBackend
+from hicache_storage_example.conformance import ExampleTarget
 
 from hicache_storage import ConfigError, HostKVPool, make_config
 
 
 class TestExampleConformance(BackendConformance):
-    """Every contract rule; the suite skips what the backend's capabilities do not declare."""
+    """Every contract rule; the suite skips only what the backend's capabilities do not declare."""
 
     backend = ExampleBackend  # once installed, the entry-point name "example" works as well
     config: ClassVar[dict[str, Any]] = {"max_pages": 0}
+    conformance_target = ExampleTarget  # the test-only hooks (found by entry point when installed)
+    profile = "strict"  # a skip for a missing hook fails: every promise made is checked
 
 
 def test_entry_point_names_the_class() -> None:
