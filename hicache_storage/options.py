@@ -1,12 +1,16 @@
 """Typed backend options: a backend declares a dataclass, the SDK parses ``extra_config`` into it.
 
 Unknown options and values of the wrong type raise :class:`ConfigError` naming the option and what
-would be right, so a typo never silently falls back to a default.
+would be right, so a typo never silently falls back to a default. Numbers are checked once here for
+every backend: a float option must be finite (``NaN`` and infinities are refused unless the field
+opts in with ``metadata={"allow_nonfinite": True}``) and an int option must fit in 64 bits; each
+options class checks its own ranges in ``__post_init__``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -14,7 +18,12 @@ from typing import Any, TypeVar
 
 from .errors import ConfigError
 
-__all__ = ["NoOptions", "parse_options", "option_help"]
+__all__ = ["ALLOW_NONFINITE", "INT64_MAX", "NoOptions", "check_number", "parse_options", "option_help"]
+
+#: Field metadata key that lets a float option take ``NaN`` or an infinity.
+ALLOW_NONFINITE = "allow_nonfinite"
+#: Largest magnitude of an int option (values reach C libraries and wire protocols as 64-bit ints).
+INT64_MAX = 2**63 - 1
 
 T = TypeVar("T")
 
@@ -75,8 +84,36 @@ def parse_options(options_cls: type[T], values: Mapping[str, Any], *, prefix: st
                 f"{prefix}.{name}",
                 f"expected {_describe(annotation)}, got {type(value).__name__} {value!r}",
             )
-    kwargs = {name: (float(v) if hints.get(name) is float and isinstance(v, int) else v) for name, v in values.items()}
+        check_number(f"{prefix}.{name}", value, allow_nonfinite=bool(field.metadata.get(ALLOW_NONFINITE)))
+    kwargs = {name: (_as_float(v) if _wants_float(hints.get(name)) else v) for name, v in values.items()}
     return options_cls(**kwargs)
+
+
+def check_number(option: str, value: Any, *, allow_nonfinite: bool = False) -> None:
+    """Raise :class:`ConfigError` naming ``option`` for a non-finite float or an int beyond 64 bits.
+
+    Anything that is not a number (``bool`` included) passes: its type is checked elsewhere.
+    """
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float) and not allow_nonfinite and not math.isfinite(value):
+        raise ConfigError(option, f"must be a finite number, got {value!r}")
+    if isinstance(value, int) and abs(value) > INT64_MAX:
+        raise ConfigError(option, f"must fit in 64 bits, got {value!r}")
+
+
+def _wants_float(annotation: Any) -> bool:
+    """Whether an int given for this field should become a float (``float``, ``float | None``)."""
+    if annotation is float:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        return float in args and int not in args
+    return False
+
+
+def _as_float(value: Any) -> Any:
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 def _describe(annotation: Any) -> str:

@@ -1,19 +1,29 @@
-"""One resilience policy for every backend: deadline, bounded retries, circuit breaker.
+"""One resilience policy for every backend: deadline, bounded retries, a circuit breaker per direction.
 
 The policy wraps each primitive call a batch method makes. Faults (exceptions) become misses or
 ``False`` for the whole chunk; they never reach the caller. Retries apply only to idempotent
-operations (``exists``, ``get``; ``set`` too, since a page key names fixed content). The deadline
-bounds the time spent retrying a call; backends also hand it to their client as the I/O timeout,
-since a call already in progress is never abandoned (a late transfer into host memory that has been
-reused could corrupt another page).
+operations (``exists``, ``get``; ``set`` too, since a page key names fixed content).
+
+The deadline is the time budget of one primitive call, retries included. While an attempt runs,
+the call's absolute deadline is available to the backend on the calling thread
+(:func:`current_deadline`, :func:`time_left`), so each client timeout is derived from what is left
+of the budget rather than fixed: a call returns by its deadline whatever the server does. A call
+already in progress is never abandoned where it could still write into host memory (a late
+transfer into a reused slot would corrupt another page); the budget bounds it instead. A retry
+starts only when, after its backoff, an attempt as long as the last one still fits in the budget.
+
+Reads, writes and existence checks have a breaker each: faults of one direction (a read-only
+disk refusing writes, say) never make the others fail fast.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -21,19 +31,71 @@ from .errors import ConfigError
 from .options import parse_options
 from .stats import StorageStats
 
-__all__ = ["CircuitBreaker", "ResilienceOptions", "ResiliencePolicy", "CircuitOpen"]
+__all__ = [
+    "DIRECTIONS",
+    "CircuitBreaker",
+    "CircuitOpen",
+    "ResilienceOptions",
+    "ResiliencePolicy",
+    "current_deadline",
+    "deadline_scope",
+    "direction_of",
+    "time_left",
+]
 
 T = TypeVar("T")
+
+#: Operation → breaker direction. Deletes share the write breaker; any other operation its own.
+_DIRECTION_OF = {"get": "read", "set": "write", "delete": "write", "exists": "exists"}
+#: The directions that always have a breaker (others are created on first use).
+DIRECTIONS = ("read", "write", "exists")
+
+_local = threading.local()
+
+
+def direction_of(op: str) -> str:
+    """The breaker direction of an operation (``get`` → ``read``, ``set``/``delete`` → ``write``)."""
+    return _DIRECTION_OF.get(op, op)
+
+
+def current_deadline() -> float | None:
+    """Absolute :func:`time.monotonic` deadline of the primitive call running on this thread, if any."""
+    value = getattr(_local, "deadline", None)
+    return value if isinstance(value, float) else None
+
+
+def time_left(fallback: float) -> float:
+    """Seconds left of the current call's budget, at most ``fallback`` (``fallback`` when no call runs
+    under a deadline). May be zero or negative once the deadline has passed."""
+    deadline = current_deadline()
+    if deadline is None:
+        return fallback
+    return min(fallback, deadline - time.monotonic())
+
+
+@contextlib.contextmanager
+def deadline_scope(deadline: float | None) -> Iterator[None]:
+    """Run the block with ``deadline`` (absolute, monotonic) as this thread's call deadline.
+
+    For backends that hand a call's work to other threads: capture :func:`current_deadline` on the
+    calling thread and enter its scope on the worker.
+    """
+    previous = getattr(_local, "deadline", None)
+    _local.deadline = deadline
+    try:
+        yield
+    finally:
+        _local.deadline = previous
 
 
 @dataclass(frozen=True)
 class ResilienceOptions:
     """Options of the policy (``extra_config["resilience"]``; ``False`` turns the policy off).
 
-    - ``deadline_s``: time budget of one call including retries; also the client I/O timeout.
+    - ``deadline_s``: time budget of one call including retries; client timeouts derive from it.
     - ``retries``: extra attempts after a fault, for idempotent operations.
     - ``backoff_s`` / ``backoff_max_s``: first backoff and cap; each retry doubles, full jitter.
-    - ``breaker_threshold``: consecutive faulted calls that open the breaker (0 = never).
+    - ``breaker_threshold``: consecutive faulted calls of one direction that open its breaker (0 = never).
     - ``breaker_reset_s``: how long an open breaker fails calls fast before one half-open probe.
     """
 
@@ -45,16 +107,18 @@ class ResilienceOptions:
     breaker_reset_s: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.deadline_s <= 0:
-            raise ConfigError("extra_config.resilience.deadline_s", f"must be > 0, got {self.deadline_s}")
-        if self.retries < 0:
-            raise ConfigError("extra_config.resilience.retries", f"must be >= 0, got {self.retries}")
-        if self.backoff_s < 0 or self.backoff_max_s < 0:
-            raise ConfigError("extra_config.resilience.backoff_s", "backoffs must be >= 0")
-        if self.breaker_threshold < 0:
-            raise ConfigError("extra_config.resilience.breaker_threshold", "must be >= 0")
-        if self.breaker_reset_s < 0:
-            raise ConfigError("extra_config.resilience.breaker_reset_s", "must be >= 0")
+        prefix = "extra_config.resilience"
+        if not 0 < self.deadline_s <= 3600:
+            raise ConfigError(f"{prefix}.deadline_s", f"must be > 0 and <= 3600 seconds, got {self.deadline_s}")
+        if not 0 <= self.retries <= 100:
+            raise ConfigError(f"{prefix}.retries", f"must be in 0..100, got {self.retries}")
+        for name in ("backoff_s", "backoff_max_s"):
+            if not 0 <= getattr(self, name) <= 60:
+                raise ConfigError(f"{prefix}.{name}", f"must be in [0, 60] seconds, got {getattr(self, name)}")
+        if not 0 <= self.breaker_threshold <= 1_000_000:
+            raise ConfigError(f"{prefix}.breaker_threshold", f"must be in 0..1000000, got {self.breaker_threshold}")
+        if not 0 <= self.breaker_reset_s <= 3600:
+            raise ConfigError(f"{prefix}.breaker_reset_s", f"must be in [0, 3600] seconds, got {self.breaker_reset_s}")
 
     @classmethod
     def from_config(cls, value: Any) -> ResilienceOptions | None:
@@ -129,7 +193,10 @@ class CircuitBreaker:
 
 
 class ResiliencePolicy:
-    """Runs primitive calls under the options; counts retries, short circuits and overruns in ``stats``."""
+    """Runs primitive calls under the options; counts retries, short circuits and overruns in ``stats``.
+
+    ``breakers`` holds one :class:`CircuitBreaker` per direction (:data:`DIRECTIONS`).
+    """
 
     def __init__(
         self,
@@ -145,42 +212,70 @@ class ResiliencePolicy:
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
-        self.breaker = CircuitBreaker(options.breaker_threshold, options.breaker_reset_s, clock)
+        self._breakers_lock = threading.Lock()
+        self.breakers: dict[str, CircuitBreaker] = {direction: self._new_breaker() for direction in DIRECTIONS}
+
+    def _new_breaker(self) -> CircuitBreaker:
+        return CircuitBreaker(self.options.breaker_threshold, self.options.breaker_reset_s, self._clock)
+
+    def breaker(self, op: str) -> CircuitBreaker:
+        """The breaker guarding ``op`` (its direction's)."""
+        direction = direction_of(op)
+        found = self.breakers.get(direction)
+        if found is None:
+            with self._breakers_lock:
+                found = self.breakers.setdefault(direction, self._new_breaker())
+        return found
 
     def call(self, op: str, attempt: Callable[[], T], *, idempotent: bool) -> T:
-        """Run ``attempt``; retry faults while idempotent and inside the deadline.
+        """Run ``attempt`` with this thread's call deadline set; retry faults while idempotent and
+        while another attempt fits in the budget.
 
         Raises the last fault (or :class:`CircuitOpen`) for the base class to turn into misses.
         """
-        if not self.breaker.allow():
+        breaker = self.breaker(op)
+        if not breaker.allow():
             self.stats.bump("short_circuited")
-            raise CircuitOpen(f"circuit breaker open after {self.breaker.consecutive_faults} consecutive faults")
+            self.stats.bump(f"short_circuited_{direction_of(op)}")
+            raise CircuitOpen(
+                f"{direction_of(op)} circuit breaker open after {breaker.consecutive_faults} consecutive faults"
+            )
+        budget = self.options.deadline_s
         start = self._clock()
+        deadline = time.monotonic() + budget  # the budget on the real clock, for client timeouts
         tries = 1 + (self.options.retries if idempotent else 0)
         delay = self.options.backoff_s
         for number in range(tries):
+            began = self._clock()
             try:
-                result = attempt()
+                with deadline_scope(deadline):
+                    result = attempt()
             except Exception as error:
                 self.stats.fault(op, error)
-                elapsed = self._clock() - start
-                if elapsed > self.options.deadline_s:
+                now = self._clock()
+                elapsed = now - start
+                if elapsed > budget:
                     self.stats.bump("deadline_exceeded")
                 pause = self._rng.uniform(0, min(delay, self.options.backoff_max_s))
-                last = number == tries - 1
-                if last or elapsed + pause > self.options.deadline_s:
-                    self.breaker.failure()
+                last_attempt = now - began
+                if number == tries - 1 or not math.isfinite(elapsed) or elapsed + pause + last_attempt > budget:
+                    breaker.failure()
                     raise
                 self.stats.bump("retries")
                 self._sleep(pause)
                 delay *= 2
             else:
-                if self._clock() - start > self.options.deadline_s:
+                if self._clock() - start > budget:
                     self.stats.bump("deadline_exceeded")
-                self.breaker.success()
+                breaker.success()
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
 
     def snapshot(self) -> dict[str, Any]:
-        """Options and breaker state, for ``get_stats()``."""
-        return {"options": asdict(self.options), "breaker": self.breaker.snapshot()}
+        """Options and the state of each direction's breaker, for ``get_stats()``."""
+        with self._breakers_lock:
+            breakers = dict(self.breakers)
+        return {
+            "options": asdict(self.options),
+            "breakers": {direction: breaker.snapshot() for direction, breaker in sorted(breakers.items())},
+        }

@@ -101,7 +101,11 @@ class MemoryBackend(HiCacheStorage):
                 self._store.pop(key, None)
         return [True] * len(keys)
 
-    def clear_pages(self) -> None:
+    def clear_pages(self, prefixes: Sequence[str] | None) -> None:
         self._check()
         with _LOCK:
-            self._store.clear()
+            if prefixes is None:
+                self._store.clear()
+                return
+            for key in [key for key in self._store if key.startswith(tuple(prefixes))]:
+                del self._store[key]

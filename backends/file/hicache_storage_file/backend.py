@@ -7,16 +7,20 @@ kernel copies page-cache pages to host memory at the same alignment as a plain f
 Writes go to a unique temp file in the page's directory (``os.writev`` of the page segments straight
 from host memory, then the trailer), are optionally fsynced, and are renamed onto the final name, so
 a reader or ``exists`` sees either no page or a whole one, even with several processes writing the
-same key. Reads ``os.preadv`` straight into the page segments and verify the file size, the trailer
-and the checksum; any mismatch is a miss counted as ``integrity_failures``.
+same key. Reads open only regular files (never following a symbolic link, never blocking on a FIFO),
+``os.preadv`` straight into the page segments and verify the file size, the trailer (including the
+digest of the storage key the record was written under) and the checksum; any mismatch is a miss
+counted as ``integrity_failures``. Each page of a batch succeeds or fails on its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import secrets
+import stat
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +34,7 @@ from hicache_storage import (
 )
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.listing import StoredPage
-from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_header, parse_header
+from hicache_storage.page_format import HEADER_SIZE, PageRecordError, record_codec
 from hicache_storage.vectored_io import preadv_all, writev_all
 
 from .eviction import ChainEviction
@@ -44,14 +48,16 @@ __all__ = ["FileBackend"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
-_READ_FLAGS = os.O_RDONLY | _CLOEXEC
+#: Never block on a FIFO or follow a link planted at a page path (both read as misses).
+_READ_FLAGS = os.O_RDONLY | _CLOEXEC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 class FileBackend(HiCacheStorage):
     """Pages as files below ``extra_config.path`` (see :class:`FileOptions`).
 
     Directories are created with mode 0o700 and page files with 0o600. ``path_for(storage_key)``
-    gives the file of a page, for tools and tests that inspect or damage stored pages.
+    gives the file of a page, for tools and tests that inspect or damage stored pages. With
+    ``read_only``, the root may be read-only: writes return ``False`` without touching it.
     """
 
     Options: ClassVar[type[Any]] = FileOptions
@@ -77,12 +83,22 @@ class FileBackend(HiCacheStorage):
         self.root = resolve_root(options)
         self._layout = PageLayout(str(self.root), options.fanout_levels)
         self._path_for = self._layout.path_for
-        try:
-            self._layout.ensure_directory(str(self.root))
-        except OSError as error:
-            raise ConfigError("extra_config.path", f"cannot create directory {str(self.root)!r}: {error}") from None
-        if not os.access(self.root, os.W_OK | os.X_OK):
-            raise ConfigError("extra_config.path", f"directory {str(self.root)!r} is not writable")
+        self._read_only = options.read_only
+        self._codec = record_codec(options)
+        if self._read_only:
+            if not self.root.is_dir() or not os.access(self.root, os.R_OK | os.X_OK):
+                raise ConfigError(
+                    "extra_config.path", f"directory {str(self.root)!r} does not exist or is not readable"
+                )
+        else:
+            try:
+                self._layout.ensure_directory(str(self.root))
+            except OSError as error:
+                raise ConfigError("extra_config.path", f"cannot create directory {str(self.root)!r}: {error}") from None
+            if not os.access(self.root, os.W_OK | os.X_OK):
+                raise ConfigError(
+                    "extra_config.path", f"directory {str(self.root)!r} is not writable (read_only: true reads it)"
+                )
         self._fsync = options.fsync
         self._io_threads = options.io_threads if options.io_threads is not None else min(4, os.cpu_count() or 1)
         self._nonce = secrets.token_hex(4)
@@ -94,8 +110,10 @@ class FileBackend(HiCacheStorage):
 
     @classmethod
     def capabilities_for(cls, options: Any) -> Capabilities:
-        """With ``max_bytes`` the backend evicts pages on its own."""
+        """With ``max_bytes`` the backend evicts pages on its own; ``read_only`` removes nothing."""
         declared = cls.capabilities
+        if options.read_only:
+            return replace(declared, supports_delete=False, supports_clear=False)
         return replace(declared, may_evict=True) if options.max_bytes is not None else declared
 
     # ------------------------------------------------------------ helpers
@@ -124,8 +142,25 @@ class FileBackend(HiCacheStorage):
 
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+        if self._read_only:
+            self.stats.bump("read_only_writes_refused", len(keys))
+            return [False] * len(keys)
         directories: set[str] = set()
-        results = map_pages(lambda key, page: self._write_one(key, page, directories), keys, pages, self._io_threads)
+        errors: list[BaseException] = []
+
+        def write(key: str, page: list[memoryview]) -> bool:
+            try:
+                return self._write_one(key, page, directories)
+            except OSError as error:  # this page fails; the others of the batch go on
+                errors.append(error)
+                return False
+
+        results = map_pages(write, keys, pages, self._io_threads)
+        if errors:
+            if len(errors) == len(keys):
+                raise errors[0]  # nothing was stored: a fault of the call, for the resilience policy
+            self.stats.bump("key_faults", len(errors))
+            self.stats.last_fault = f"set: {type(errors[0]).__name__}: {errors[0]}"[:500]
         if self._fsync:
             for directory in directories:
                 _fsync_directory(directory)
@@ -145,7 +180,7 @@ class FileBackend(HiCacheStorage):
         name = layout.file_name(key)
         final = f"{directory}/{name}"
         temp = f"{directory}/{layout.temp_name(name, f'{os.getpid()}-{self._nonce}-{next(self._counter)}')}"
-        trailer = encode_header(page)
+        trailer = self._codec.header(key, page)
         try:
             fd = os.open(temp, _WRITE_FLAGS, 0o600)
         except FileNotFoundError:
@@ -178,19 +213,25 @@ class FileBackend(HiCacheStorage):
             fd = os.open(self._path_for(key), _READ_FLAGS)
         except FileNotFoundError:
             return False
+        except OSError as error:  # ELOOP: a symbolic link at the page path
+            if error.errno in _NOT_A_PAGE:
+                return self._integrity_failure()
+            raise
         trailer = bytearray(HEADER_SIZE + 1)  # the extra byte is filled only when the file is too long
         expected = sum(segment.nbytes for segment in page)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, device or directory is never a page
+                return self._integrity_failure()
             count = preadv_all(fd, [*page, trailer])
         finally:
             os.close(fd)
         if count != HEADER_SIZE + expected:
             return self._integrity_failure()
         try:
-            _length, digest = parse_header(trailer, expected)
+            parsed = self._codec.check_header(trailer, key, expected)
         except PageRecordError:
             return self._integrity_failure()
-        if checksum(page) != digest:
+        if not self._codec.verify(parsed, key, page):
             return self._integrity_failure()
         return True
 
@@ -200,9 +241,11 @@ class FileBackend(HiCacheStorage):
         results = []
         for key in keys:
             try:
-                results.append(os.stat(path_for(key)).st_size == want)
+                info = os.lstat(path_for(key))
             except FileNotFoundError:
                 results.append(False)
+            else:
+                results.append(stat.S_ISREG(info.st_mode) and info.st_size == want)
         return results
 
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
@@ -214,12 +257,25 @@ class FileBackend(HiCacheStorage):
         """Page files in path order (size and modification time from ``stat``)."""
         return list_page_files(str(self.root), prefix, cursor, limit)
 
-    def clear_pages(self) -> None:
-        for path, _is_temp in self._layout.iter_owned_files():
+    def clear_pages(self, prefixes: Sequence[str] | None) -> None:
+        """Remove the page files (and temp files) of the key spaces ``prefixes`` (``None``: of every key space)."""
+        names = None if prefixes is None else tuple(prefixes)
+        temps = None if names is None else tuple("." + name[:40] for name in names)
+        removed = []
+        for path, is_temp in self._layout.iter_owned_files():
+            if names is not None and temps is not None:
+                name = os.path.basename(path)
+                if not (name.startswith(temps) if is_temp else name.startswith(names)):
+                    continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+            removed.append(path)
         if self._eviction is not None:
-            self._eviction.reset()
+            if names is None:
+                self._eviction.reset()
+            else:
+                for path in removed:
+                    self._eviction.record_removal(path)
 
     # ------------------------------------------------------------ eviction
     def _remove(self, path: str) -> None:
@@ -234,6 +290,10 @@ class FileBackend(HiCacheStorage):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             self.stats.bump("evictions")
+
+
+#: ``open`` errors meaning "something that is not a page file sits at the page path".
+_NOT_A_PAGE = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENXIO})
 
 
 def _fsync_directory(directory: str) -> None:

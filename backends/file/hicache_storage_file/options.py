@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_storage import ConfigError
+from hicache_storage.page_format import IntegrityOptions
 
 __all__ = ["MAX_FANOUT_LEVELS", "PATH_ENV", "FileOptions", "resolve_root"]
 
@@ -17,19 +18,23 @@ MAX_FANOUT_LEVELS = 4
 
 
 @dataclass(frozen=True)
-class FileOptions:
+class FileOptions(IntegrityOptions):
     """``path``: storage root (default: ``$HICACHE_FILE_PATH``); ``fanout_levels``: directory levels
     of two hex digits between the root and a page file; ``fsync``: make every write durable before
     it is acknowledged; ``max_bytes``: size limit of the page files this process knows of
     (``None`` = no limit), enforced by evicting the least recently written pages; ``io_threads``:
     threads that move the pages of one batch (``None`` = ``min(4, CPU count)``, 1 = the calling
-    thread only)."""
+    thread only); ``read_only``: serve reads from a root this process may not write (writes return
+    ``False`` without trying, counted as ``read_only_writes_refused``; no delete or clear);
+    ``integrity_secret_env`` / ``integrity_secret_file``: where the secret that authenticates page
+    records is (see :class:`~hicache_storage.page_format.IntegrityOptions`)."""
 
     path: str | None = None
     fanout_levels: int = 2
     fsync: bool = False
     max_bytes: int | None = None
     io_threads: int | None = None
+    read_only: bool = False
 
     def __post_init__(self) -> None:
         if self.path is not None and not self.path.strip():
@@ -42,6 +47,8 @@ class FileOptions:
             raise ConfigError("extra_config.io_threads", f"must be in [1, 32] or null, got {self.io_threads}")
         if self.max_bytes is not None and self.max_bytes <= 0:
             raise ConfigError("extra_config.max_bytes", f"must be a positive number of bytes, got {self.max_bytes}")
+        if self.read_only and self.max_bytes is not None:
+            raise ConfigError("extra_config.max_bytes", "a read_only backend never evicts: leave max_bytes unset")
 
 
 def resolve_root(options: FileOptions) -> Path:

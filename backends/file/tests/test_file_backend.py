@@ -70,7 +70,8 @@ def test_v0_and_v1_are_interchangeable(tmp_path: Path) -> None:
     assert space is not None
     for k0, k1 in zip(v0_keys, v1_keys):
         stored_v0 = backend.path_for(space.storage_key(k0)).read_bytes()
-        assert stored_v0 == backend.path_for(space.storage_key(k1)).read_bytes()
+        stored_v1 = backend.path_for(space.storage_key(k1)).read_bytes()
+        assert stored_v0[:-HEADER_SIZE] == stored_v1[:-HEADER_SIZE]  # same payload; each trailer names its key
     assert backend.batch_get_v1(v0_keys, indices(4, 2)) == [True, True]
     assert [page_bytes(pool, p) for p in (4, 5)] == [page_bytes(pool, p) for p in (0, 1)]
     got = backend.batch_get(v1_keys)
@@ -158,9 +159,10 @@ def test_page_file_is_payload_then_trailer(tmp_path: Path) -> None:
     key = keys_for(1)
     backend.batch_set_v1(key, indices(0, 1))
     assert backend.keyspace is not None
-    data = backend.path_for(backend.keyspace.storage_key(key[0])).read_bytes()
+    storage_key = backend.keyspace.storage_key(key[0])
+    data = backend.path_for(storage_key).read_bytes()
     payload = page_bytes(pool, 0)
-    assert data == payload + encode_header([payload])
+    assert data == payload + encode_header([payload], storage_key)
     assert data[-HEADER_SIZE:].startswith(MAGIC)
 
 

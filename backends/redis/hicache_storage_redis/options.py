@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hicache_storage import ConfigError
+from hicache_storage.page_format import IntegrityOptions
 
 __all__ = ["HASH_AHEAD_MIN_CPUS", "SECRET_OPTIONS", "RedisOptions", "check_secret_types", "parse_node", "redact_url"]
 
@@ -20,6 +21,10 @@ SECRET_OPTIONS = ("password", "url")
 #: sending it (which also leaves the page in cache for the socket copy) measured faster.
 HASH_AHEAD_MIN_CPUS = 4
 _PREFIX = re.compile(r"[!-~]+")  # printable ASCII, no spaces
+#: Longest ``ttl_s`` (ten years): Redis takes the expiry in milliseconds as a 64-bit int.
+MAX_TTL_S = 10 * 365 * 86400.0
+#: Longest ``socket_timeout_s``.
+MAX_SOCKET_TIMEOUT_S = 3600.0
 
 
 def usable_cpus() -> int:
@@ -57,7 +62,7 @@ def check_secret_types(values: Mapping[str, Any]) -> None:
 
 
 @dataclass(frozen=True, repr=False)
-class RedisOptions:
+class RedisOptions(IntegrityOptions):
     """Where the server is, how to authenticate, and how pages are stored (see docs/backends/redis.md).
 
     Location: ``url`` (``redis://`` or ``rediss://``, may carry user, password and db) or
@@ -69,6 +74,8 @@ class RedisOptions:
     ``socket_timeout_s`` (I/O and connect timeout; ``None`` = the resilience deadline),
     ``hash_ahead`` (checksums of later pages on a helper thread while earlier ones are sent;
     ``None`` = only when the process may run on at least :data:`HASH_AHEAD_MIN_CPUS` CPUs).
+    Integrity: ``integrity_secret_env`` / ``integrity_secret_file`` authenticate the page records
+    (:class:`~hicache_storage.page_format.IntegrityOptions`).
     """
 
     url: str | None = None
@@ -118,14 +125,20 @@ class RedisOptions:
             raise ConfigError("extra_config.key_prefix", "must be non-empty printable ASCII without spaces")
         if "{" in self.key_prefix or "}" in self.key_prefix:
             raise ConfigError("extra_config.key_prefix", "must not contain '{' or '}' (Redis Cluster hash tags)")
-        if self.ttl_s is not None and self.ttl_s <= 0:
-            raise ConfigError("extra_config.ttl_s", f"must be > 0 seconds (or null for no expiry), got {self.ttl_s}")
+        if self.ttl_s is not None and not 0 < self.ttl_s <= MAX_TTL_S:
+            raise ConfigError(
+                "extra_config.ttl_s",
+                f"must be > 0 and <= {MAX_TTL_S:.0f} seconds (or null for no expiry), got {self.ttl_s}",
+            )
         if not 1 <= self.pipeline_pages <= 1024:
             raise ConfigError("extra_config.pipeline_pages", f"must be in 1..1024, got {self.pipeline_pages}")
-        if self.max_connections < 1:
-            raise ConfigError("extra_config.max_connections", f"must be >= 1, got {self.max_connections}")
-        if self.socket_timeout_s is not None and self.socket_timeout_s <= 0:
-            raise ConfigError("extra_config.socket_timeout_s", f"must be > 0, got {self.socket_timeout_s}")
+        if not 1 <= self.max_connections <= 65536:
+            raise ConfigError("extra_config.max_connections", f"must be in 1..65536, got {self.max_connections}")
+        if self.socket_timeout_s is not None and not 0 < self.socket_timeout_s <= MAX_SOCKET_TIMEOUT_S:
+            raise ConfigError(
+                "extra_config.socket_timeout_s",
+                f"must be > 0 and <= {MAX_SOCKET_TIMEOUT_S:.0f} seconds, got {self.socket_timeout_s}",
+            )
 
     @staticmethod
     def _check_url(url: str) -> None:

@@ -1,4 +1,4 @@
-"""Pipelined SET and GET of page records straight from and into host-pool memory.
+"""Pipelined SET, GET and simple commands straight from and into host-pool memory, under a deadline.
 
 redis-py packs one value argument as one buffer, which would force a copy of every page into a
 new ``bytes`` on writes, and its reply parser copies every value twice (a socket buffer, then a
@@ -7,25 +7,35 @@ over connections taken from the client's own pools:
 
 - writes: per page, one vectored ``sendmsg`` of [RESP prefix + record header, page segments...]
   (``sendall`` per buffer on TLS sockets). Whenever the socket is full, the sender computes the
-  XXH3-64 of the next pages instead of waiting; with a ``hasher`` executor, a worker thread also
-  hashes ahead (xxhash releases the GIL), and a page nobody has reached yet is hashed by the
+  record headers of the next pages instead of waiting; with a ``hasher`` executor, a worker thread
+  also hashes ahead (xxhash releases the GIL), and a page nobody has reached yet is hashed by the
   sender just before it goes out (:class:`~hicache_storage.lookahead.Lookahead`).
   The bytes on the wire are exactly those of ``SET key value [PX ms]``: one SET per page, so a
   page is visible whole.
 - reads: a bulk reply of the expected record size is received with ``recv_into`` directly into
-  the page's segments (after the 24-byte header); its checksum runs on the worker thread while
+  the page's segments (after the record header); its checksum runs on the worker thread while
   the next value arrives. Values of any other size come back as ``bytes`` (a damaged record).
+- ``STRLEN`` (exists) and ``DEL`` go through the same connections, so every page call keeps one
+  deadline.
+
+Every socket operation is bounded by the call's deadline (:class:`Budget`): each wait gets what is
+left of it, so a killed, hung or slow server costs at most the deadline. Once it has passed, bytes
+already received are still taken (a zero timeout), nothing more is waited for.
 
 With several servers (Redis Cluster), every server's requests are sent before any reply is read,
-so the servers work in parallel. Connection faults raise, and every connection used by the call
-is then dropped, never reused half-read. Error replies (``MOVED``, ``ASK``, ``OOM`` ...) come back
-as :class:`ResponseError` values for the caller to retry through redis-py.
+so the servers work in parallel, and each server's share succeeds or fails on its own: a result
+list per server, or the exception that server's connection raised (its connection is then
+dropped, never reused half-read). Error replies (``MOVED``, ``ASK``, ``OOM`` ...) come back as
+:class:`ResponseError` values for the caller to retry through redis-py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import select
 import ssl
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -34,18 +44,58 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from hicache_storage.lookahead import Lookahead
-from hicache_storage.page_format import HEADER_SIZE, checksum, encode_header
+from hicache_storage.page_format import HEADER_SIZE, RecordCodec, checksum
 from hicache_storage.vectored_io import byte_views, sendmsg_all
 
-__all__ = ["Filled", "GetGroup", "SetGroup", "get_pages", "set_pages"]
+__all__ = [
+    "Budget",
+    "CommandGroup",
+    "Filled",
+    "GetGroup",
+    "GroupResult",
+    "SetGroup",
+    "command",
+    "get_pages",
+    "run_commands",
+    "set_pages",
+]
 
-#: (redis key, page segments) per page, for one server (a ``redis.Redis``).
-SetGroup = tuple[Any, Sequence[tuple[bytes, Sequence[memoryview]]]]
-#: Same shape for reads: the segments are filled from the stored record.
-GetGroup = SetGroup
+#: (redis key, storage key, page segments) per page, for one server (a ``redis.Redis``).
+SetGroup = tuple[Any, Sequence[tuple[bytes, str, Sequence[memoryview]]]]
+#: (redis key, page segments) per page, for one server: the segments are filled from the stored record.
+GetGroup = tuple[Any, Sequence[tuple[bytes, Sequence[memoryview]]]]
+#: (redis key, request) per key, for one server: one simple command each (``STRLEN``, ``DEL``).
+CommandGroup = tuple[Any, Sequence[bytes]]
+#: One server's replies, or the exception its connection raised.
+GroupResult = list[Any] | BaseException
 
 _READ_CHUNK = 1 << 16
 _CRLF = b"\r\n"
+
+
+class Budget:
+    """The deadline of one call, applied to each socket operation of it.
+
+    ``deadline`` is absolute (:func:`time.monotonic`), ``None`` for no deadline (the sockets keep
+    the client's timeouts); ``cap`` bounds any one wait (the client's I/O timeout).
+    """
+
+    __slots__ = ("cap", "deadline")
+
+    def __init__(self, deadline: float | None, cap: float) -> None:
+        self.deadline = deadline
+        self.cap = cap
+
+    def left(self) -> float:
+        """Seconds left (``cap`` without a deadline); zero or less once the deadline has passed."""
+        if self.deadline is None:
+            return self.cap
+        return min(self.cap, self.deadline - time.monotonic())
+
+    def arm(self, sock: Any) -> None:
+        """Give ``sock`` what is left as its timeout (zero, i.e. no waiting, once the deadline passed)."""
+        if self.deadline is not None:
+            sock.settimeout(max(0.0, self.left()))
 
 
 class Filled:
@@ -66,14 +116,36 @@ class Filled:
 
 
 # ------------------------------------------------------------------------------------------ sending
-def _send(sock: Any, buffers: Sequence[Any], while_blocked: Callable[[], bool]) -> None:
-    """Send every byte of ``buffers``, in order (vectored where the socket allows it); on a plain
-    socket, ``while_blocked`` runs whenever the socket is full (see ``sendmsg_all``)."""
-    if isinstance(sock, ssl.SSLSocket) or not hasattr(sock, "sendmsg"):
+def _poll_writable(sock: Any, seconds: float) -> bool:
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT)
+    return bool(poller.poll(max(0, math.ceil(seconds * 1000))))
+
+
+def _send(sock: Any, buffers: Sequence[Any], while_blocked: Callable[[], bool], budget: Budget) -> None:
+    """Send every byte of ``buffers``, in order (vectored where the socket allows it), within the budget.
+
+    On a plain socket, ``while_blocked`` runs whenever the socket is full (see ``sendmsg_all``);
+    with a deadline, the wait for room that follows is bounded by what is left of it.
+    """
+    if isinstance(sock, ssl.SSLSocket) or not hasattr(sock, "sendmsg") or not hasattr(select, "poll"):
         for buffer in buffers:
+            budget.arm(sock)
             sock.sendall(buffer)
         return
-    sendmsg_all(sock, buffers, while_blocked)
+    if budget.deadline is None:
+        sendmsg_all(sock, buffers, while_blocked)
+        return
+
+    def blocked() -> bool:
+        if while_blocked():
+            return True
+        left = budget.left()
+        if left <= 0 or not _poll_writable(sock, left):
+            raise TimeoutError("the server took no more bytes before the call's deadline")
+        return True  # room again: sendmsg_all tries the next send at once
+
+    sendmsg_all(sock, buffers, blocked)
 
 
 def _set_prefix(key: bytes, header: bytes, payload: int, ttl_ms: int | None) -> bytes:
@@ -96,14 +168,20 @@ def _wait(futures: list[Any]) -> None:
                 future.result()
 
 
+def command(*parts: bytes) -> bytes:
+    """One RESP request of ``parts`` (command name and arguments)."""
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+
+
 # ------------------------------------------------------------------------------------------ replies
 class _Reader:
     """Buffered RESP reply reader over a socket that can hand bulk payloads to caller buffers."""
 
-    __slots__ = ("_buf", "_end", "_sock", "_start", "_view")
+    __slots__ = ("_budget", "_buf", "_end", "_sock", "_start", "_view")
 
-    def __init__(self, sock: Any) -> None:
+    def __init__(self, sock: Any, budget: Budget) -> None:
         self._sock = sock
+        self._budget = budget
         self._buf = bytearray(_READ_CHUNK)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -121,6 +199,7 @@ class _Reader:
                 self._view.release()
                 self._buf.extend(bytes(len(self._buf)))
                 self._view = memoryview(self._buf)
+        self._budget.arm(self._sock)
         count = self._sock.recv_into(self._view[self._end :])
         if not count:
             raise RedisConnectionError("connection closed by the server")
@@ -144,6 +223,7 @@ class _Reader:
             self._start += have
         recv_into = self._sock.recv_into
         while have < size:
+            self._budget.arm(self._sock)
             count = recv_into(target[have:])
             if not count:
                 raise RedisConnectionError("connection closed by the server")
@@ -188,66 +268,108 @@ class _Reader:
 class _Connections:
     """Connections taken from each group's pool; dropped on a fault, released at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
         self.taken: list[tuple[Any, Any]] = []
+        self.failed: set[int] = set()
 
     def take(self, node: Any) -> Any:
+        """A connected socket of ``node``'s pool (connected within the budget when it had none)."""
         pool = node.connection_pool
         connection = pool.get_connection()
         self.taken.append((pool, connection))
         if connection._sock is None:
-            connection.connect()
-        return connection
+            self._connect(connection)
+        return connection._sock
 
-    def finish(self, failed: bool) -> None:
-        for pool, connection in self.taken:
-            if failed:
+    def _connect(self, connection: Any) -> None:
+        if self.budget.deadline is None:
+            connection.connect()
+            return
+        left = self.budget.left()
+        if left <= 0:
+            raise TimeoutError("no time left to connect before the call's deadline")
+        timeouts = connection.socket_timeout, connection.socket_connect_timeout
+        connection.socket_timeout = connection.socket_connect_timeout = left
+        try:
+            connection.connect()
+        finally:
+            connection.socket_timeout, connection.socket_connect_timeout = timeouts
+
+    def fail(self, index: int) -> None:
+        """Mark the connection of group ``index`` as broken (dropped at :meth:`finish`)."""
+        self.failed.add(index)
+
+    def finish(self) -> None:
+        for index, (pool, connection) in enumerate(self.taken):
+            if index in self.failed:
                 connection.disconnect()
+            elif self.budget.deadline is not None and connection._sock is not None:
+                with contextlib.suppress(OSError):  # redis-py expects its own timeout on a pooled socket
+                    connection._sock.settimeout(connection.socket_timeout)
             pool.release(connection)
 
 
 def set_pages(
-    groups: Sequence[SetGroup], ttl_ms: int | None, hasher: Executor | None = None, window: int = 64
-) -> list[list[Any]]:
-    """Pipeline one SET per page, per group; one reply list per group.
+    groups: Sequence[SetGroup],
+    ttl_ms: int | None,
+    codec: RecordCodec,
+    hasher: Executor | None = None,
+    *,
+    window: int = 64,
+    budget: Budget | None = None,
+) -> list[GroupResult]:
+    """Pipeline one SET per page, per group; per group, its replies or the exception it raised.
 
     Pages stream without a pause: the replies of a window of ``window`` pages are read once the
     next window is sent. A reply is ``True`` when stored, ``False`` for an unexpected reply, or
-    the :class:`ResponseError` the server answered.
+    the :class:`ResponseError` the server answered. Each record is bound to its storage key.
     """
-    pages = [segments for _node, requests in groups for _key, segments in requests]
-    headers = Lookahead(encode_header, pages, hasher)
+    budget = budget or Budget(None, math.inf)
+    pages = [(storage_key, segments) for _node, requests in groups for _key, storage_key, segments in requests]
+    headers = Lookahead(lambda page: codec.header(page[0], page[1]), pages, hasher)
     suffix = _set_suffix(ttl_ms)
-    connections = _Connections()
-    readers: list[_Reader] = []
-    replies: list[list[Any]] = []
-    failed = True
+    connections = _Connections(budget)
+    readers: list[_Reader | None] = []
+    results: list[GroupResult] = []
     try:
         position = 0
-        for node, requests in groups:
-            sock = connections.take(node)._sock
-            reader = _Reader(sock)
-            readers.append(reader)
+        for number, (node, requests) in enumerate(groups):
             out: list[Any] = []
-            replies.append(out)
-            tail = b""
-            for sent, (key, segments) in enumerate(requests, 1):
-                header = headers.get(position)
-                position += 1
-                payload = sum(segment.nbytes for segment in segments)
-                _send(sock, [tail + _set_prefix(key, header, payload, ttl_ms), *segments], headers.advance)
-                tail = suffix
-                if sent % window == 0 and sent > window:  # keep at most two windows unanswered
-                    out.extend(_set_reply(reader.reply()) for _ in range(window))
-            if tail:
-                sock.sendall(tail)
-        for reader, out, (_node, requests) in zip(readers, replies, groups, strict=True):
-            out.extend(_set_reply(reader.reply()) for _ in range(len(requests) - len(out)))
-        failed = False
-        return replies
+            results.append(out)
+            readers.append(None)
+            first = position
+            position += len(requests)
+            try:
+                sock = connections.take(node)
+                reader = readers[number] = _Reader(sock, budget)
+                tail = b""
+                for sent, (key, _storage_key, segments) in enumerate(requests, 1):
+                    header = headers.get(first + sent - 1)
+                    payload = sum(segment.nbytes for segment in segments)
+                    _send(sock, [tail + _set_prefix(key, header, payload, ttl_ms), *segments], headers.advance, budget)
+                    tail = suffix
+                    if sent % window == 0 and sent > window:  # keep at most two windows unanswered
+                        out.extend(_set_reply(reader.reply()) for _ in range(window))
+                if tail:
+                    budget.arm(sock)
+                    sock.sendall(tail)
+            except Exception as error:  # this server fails; the others go on
+                connections.fail(number)
+                results[number] = error
+        for number, (_node, requests) in enumerate(groups):
+            pending, done = readers[number], results[number]
+            if pending is None or not isinstance(done, list):
+                continue
+            try:
+                done.extend(_set_reply(pending.reply()) for _ in range(len(requests) - len(done)))
+            except Exception as error:
+                connections.fail(number)
+                results[number] = error
+        return results
     finally:
         headers.close()
-        connections.finish(failed)
+        connections.finish()
 
 
 def _set_reply(reply: Any) -> bool | ResponseError:
@@ -258,39 +380,54 @@ def _get_requests(requests: Sequence[tuple[bytes, Any]]) -> bytes:
     return b"".join(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key) for key, _ in requests)
 
 
-def get_pages(groups: Sequence[GetGroup], hasher: Executor | None = None, window: int = 64) -> list[list[Any]]:
-    """Pipeline one GET per page, per group; one reply list per group.
+def get_pages(
+    groups: Sequence[GetGroup], hasher: Executor | None = None, window: int = 64, budget: Budget | None = None
+) -> list[GroupResult]:
+    """Pipeline one GET per page, per group; per group, its replies or the exception it raised.
 
     GETs go out a window of ``window`` pages at a time; the next window is requested just before
     the last value of the current one is read, so a server holds at most about one window of
     replies and never idles between windows. A reply is ``None`` (no such key), a
     :class:`Filled` (a value of the page's record size, received into its segments), ``bytes``
-    (a value of another size) or a :class:`ResponseError`.
+    (a value of another size) or a :class:`ResponseError`. A group that fails may have written
+    part of its pages' segments; the caller treats all of them as misses.
     """
-    connections = _Connections()
-    digests: list[Any] = []
-    failed = True
+    budget = budget or Budget(None, math.inf)
+    connections = _Connections(budget)
+    digests: list[list[Any]] = [[] for _ in groups]
+    socks: list[Any] = []
+    results: list[GroupResult] = []
     try:
-        socks = []
-        for node, requests in groups:
-            sock = connections.take(node)._sock
-            socks.append(sock)
-            sock.sendall(_get_requests(requests[:window]))
-        replies = []
-        for sock, (_node, requests) in zip(socks, groups, strict=True):
-            reader = _Reader(sock)
-            out: list[Any] = []
-            for number, (_key, segments) in enumerate(requests):
-                if number % window == window - 1 and number + 1 < len(requests):
-                    sock.sendall(_get_requests(requests[number + 1 : number + 1 + window]))
-                out.append(_get_reply(reader, segments, hasher, digests))
-            replies.append(out)
-        failed = False
-        return replies
+        for number, (node, requests) in enumerate(groups):
+            results.append([])
+            socks.append(None)
+            try:
+                sock = socks[number] = connections.take(node)
+                budget.arm(sock)
+                sock.sendall(_get_requests(requests[:window]))
+            except Exception as error:
+                connections.fail(number)
+                results[number] = error
+        for number, (_node, requests) in enumerate(groups):
+            sock, out = socks[number], results[number]
+            if sock is None or not isinstance(out, list):
+                continue
+            try:
+                reader = _Reader(sock, budget)
+                for index, (_key, segments) in enumerate(requests):
+                    if index % window == window - 1 and index + 1 < len(requests):
+                        budget.arm(sock)
+                        sock.sendall(_get_requests(requests[index + 1 : index + 1 + window]))
+                    out.append(_get_reply(reader, segments, hasher, digests[number]))
+            except Exception as error:
+                connections.fail(number)
+                results[number] = error
+        return results
     finally:
-        if failed:
-            _wait(digests)
-        connections.finish(failed)
+        for number, result in enumerate(results):
+            if not isinstance(result, list):
+                _wait(digests[number])  # a failed group's checksums may still be reading its pages
+        connections.finish()
 
 
 def _get_reply(reader: _Reader, segments: Sequence[memoryview], hasher: Executor | None, digests: list[Any]) -> Any:
@@ -317,3 +454,43 @@ def _get_reply(reader: _Reader, segments: Sequence[memoryview], hasher: Executor
     digest: Future[int] | int = hasher.submit(checksum, views) if hasher is not None else checksum(views)
     digests.append(digest)
     return Filled(header, digest)
+
+
+def run_commands(groups: Sequence[CommandGroup], window: int = 64, budget: Budget | None = None) -> list[GroupResult]:
+    """Pipeline simple commands (``STRLEN``, ``DEL`` ...), per group; per group, its replies or its exception.
+
+    Replies are parsed as :meth:`_Reader.reply` does: ``int``, ``bytes``, ``True``, ``None`` or a
+    :class:`ResponseError`.
+    """
+    budget = budget or Budget(None, math.inf)
+    connections = _Connections(budget)
+    socks: list[Any] = []
+    results: list[GroupResult] = []
+    try:
+        for number, (node, requests) in enumerate(groups):
+            results.append([])
+            socks.append(None)
+            try:
+                sock = socks[number] = connections.take(node)
+                budget.arm(sock)
+                sock.sendall(b"".join(requests[:window]))
+            except Exception as error:
+                connections.fail(number)
+                results[number] = error
+        for number, (_node, requests) in enumerate(groups):
+            sock, out = socks[number], results[number]
+            if sock is None or not isinstance(out, list):
+                continue
+            try:
+                reader = _Reader(sock, budget)
+                for index in range(len(requests)):
+                    if index % window == window - 1 and index + 1 < len(requests):
+                        budget.arm(sock)
+                        sock.sendall(b"".join(requests[index + 1 : index + 1 + window]))
+                    out.append(reader.reply())
+            except Exception as error:
+                connections.fail(number)
+                results[number] = error
+        return results
+    finally:
+        connections.finish()

@@ -115,8 +115,9 @@ def test_every_record_header_is_right_with_or_without_the_hash_helper(
     assert backend.batch_set_v1(keys, page_indices(0, 40)) == [True] * 40
     stored = backend.raw_store()
     for number, key in enumerate(keys):
-        record = stored[backend.keyspace.storage_key(key)]
-        assert record == encode_record([memoryview(page_bytes(pool, number))]), f"page {number}"
+        storage_key = backend.keyspace.storage_key(key)
+        record = stored[storage_key]
+        assert record == encode_record([memoryview(page_bytes(pool, number))], storage_key), f"page {number}"
     assert backend.batch_get_v1(keys, page_indices(40, 40)) == [True] * 40
     assert [page_bytes(pool, p) for p in range(40, 80)] == [page_bytes(pool, p) for p in range(40)]
 
@@ -146,7 +147,7 @@ def test_one_set_stores_header_and_payload(redis_url: str, open_backend: Any) ->
     assert backend.batch_set_v1([key], page_indices(0, 1)) == [True]
     skey = backend.keyspace.storage_key(key)
     stored = backend.raw_store()[skey]
-    assert stored == encode_record([memoryview(page_bytes(pool, 0))])
+    assert stored == encode_record([memoryview(page_bytes(pool, 0))], skey)
     ttl_ms = backend.client().pttl(backend.redis_key(skey))
     assert 0 < ttl_ms <= 30_000
 

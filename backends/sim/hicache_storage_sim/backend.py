@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.listing import StoredPage, page_after
-from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
+from hicache_storage.page_format import HEADER_SIZE, record_codec
 
 from .cost import CostModel
 from .faults import FaultInjector
@@ -49,6 +49,7 @@ class SimBackend(HiCacheStorage):
         self.cost = CostModel.from_options(options)
         self._sleep = options.sleep
         self._keys_only = options.keys_only
+        self._codec = record_codec(options)
         self._store: SimStore = open_store(options.store, options.capacity_bytes, options.keys_only)
         self._faults = FaultInjector(
             {"get": options.fail_get_rate, "set": options.fail_set_rate, "exists": options.fail_exists_rate},
@@ -121,7 +122,7 @@ class SimBackend(HiCacheStorage):
         moved = evicted = 0
         for key, page in zip(keys, pages, strict=True):
             size = sum(segment.nbytes for segment in page)
-            record = b"" if self._keys_only else encode_record(page)
+            record = b"" if self._keys_only else self._codec.record(key, page)
             stored, dropped = self._store.put(key, record, size)
             evicted += dropped
             moved += size if stored else 0
@@ -146,7 +147,7 @@ class SimBackend(HiCacheStorage):
                     segment[:] = bytes(segment.nbytes)
                 hit = True
             else:
-                hit = decode_into(record, page)
+                hit = self._codec.decode_into(record, key, page)
                 if not hit:
                     self.stats.bump("integrity_failures")
             if hit:
@@ -180,7 +181,13 @@ class SimBackend(HiCacheStorage):
         records = [StoredPage(key, len(record)) for key, record in stored if record is not None]
         return page_after(records, prefix, cursor, limit)
 
-    def clear_pages(self) -> None:
+    def clear_pages(self, prefixes: Sequence[str] | None) -> None:
         self._enter("clear")
-        self._store.clear()
+        if prefixes is None:
+            self._store.clear()
+        else:
+            starts = tuple(prefixes)
+            for key in self._store.keys():  # noqa: SIM118 (a method, not a dict)
+                if key.startswith(starts):
+                    self._store.delete(key)
         self._charge("clear", 0)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hicache_storage import ConfigError
+from hicache_storage.page_format import IntegrityOptions
 
 __all__ = ["SimOptions"]
 
 
 @dataclass(frozen=True)
-class SimOptions:
+class SimOptions(IntegrityOptions):
     """Cost model (SGLang's knobs), storage mode, capacity, seeded faults and store sharing.
 
     - ``sim_write_gbps`` / ``sim_read_gbps``: modelled bandwidth in GB/s (1 GB = 10**9 bytes);
@@ -23,6 +24,8 @@ class SimOptions:
       raises :class:`~hicache_storage.BackendFault`, drawn from a generator seeded by ``fault_seed``.
     - ``store``: name of an in-process store shared by every instance using the same name
       (``""`` = a private store that lives as long as the instance).
+    - ``integrity_secret_env`` / ``integrity_secret_file``: authenticate records with a secret
+      (see :class:`~hicache_storage.page_format.IntegrityOptions`).
     """
 
     sim_write_gbps: float = 5.0
