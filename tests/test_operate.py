@@ -19,15 +19,33 @@ from hicache_storage.operate import parse_age, usage_of
 from hicache_storage.page_format import HEADER_SIZE
 
 SPACES = [("model-a", "r1", ""), ("model-b", "r1", ""), ("model-b", "r2", "tenant-x")]
+SERVICES = kit.TestServices(Path(__file__).resolve().parents[1])
 
 
 def options_for(name: str, tmp_path: Path) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:8]
     if name == "file":
         return {"path": str(tmp_path / "store")}
-    return {"store": f"operate-{uuid.uuid4().hex}"}  # a named sim store: every instance sees it
+    if name == "redis":
+        SERVICES.start("redis")
+        env = SERVICES.settings()
+        return {"url": env["HICACHE_TEST_REDIS_URL"], "key_prefix": f"operate-{tag}:"}
+    if name == "s3":
+        SERVICES.start("s3")
+        env = SERVICES.settings()
+        bucket = f"operate-{tag}"
+        SERVICES.s3_bucket(bucket, env)
+        return {
+            "bucket": bucket,
+            "endpoint_url": env["HICACHE_TEST_S3_ENDPOINT"],
+            "region": env["HICACHE_TEST_S3_REGION"],
+            "aws_access_key_id": env["HICACHE_TEST_S3_ACCESS_KEY_ID"],
+            "aws_secret_access_key": env["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
+        }
+    return {"store": f"operate-{tag}"}  # a named sim store: every instance sees it
 
 
-@pytest.fixture(params=["file", "sim"])
+@pytest.fixture(params=["file", "sim", "redis", "s3"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     return request.param, options_for(request.param, tmp_path)
 

@@ -25,6 +25,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
+from hicache_storage.listing import StoredPage, page_after
 from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
 
 from .local_io import TEMP_SUFFIX, LocalPageFiles
@@ -57,6 +58,7 @@ class FsspecBackend(HiCacheStorage):
         supports_delete=True,
         supports_clear=True,
         verifies_integrity=True,
+        supports_list=True,
     )
 
     @staticmethod
@@ -120,6 +122,17 @@ class FsspecBackend(HiCacheStorage):
             self.fs.invalidate_cache()
             return [path for path in self.fs.find(self.root) if self._page_name.fullmatch(path)]
         return []
+
+    def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
+        """Page files from one ``find`` of the root, in key order (each call lists the root again)."""
+        if self._local is None:
+            self.fs.invalidate_cache()
+        records = []
+        for path, info in self.fs.find(self.root, detail=True).items():
+            if not self._page_name.fullmatch(path):
+                continue
+            records.append(StoredPage(path.rsplit("/", 1)[-1], _size_of(info), _modified_of(info)))
+        return page_after(records, prefix, cursor, limit)
 
     def _check_bucket(self, bucket: str) -> None:
         """HEAD the bucket: refused or missing credentials raise :class:`ConfigError`, nothing else does."""
@@ -290,3 +303,20 @@ def _with_client_defaults(protocol: str, storage_options: dict[str, Any], timeou
     config.setdefault("retries", {"total_max_attempts": 1})
     storage_options["config_kwargs"] = config
     return storage_options
+
+
+def _size_of(info: dict[str, Any]) -> int | None:
+    size = info.get("size", info.get("Size"))
+    return int(size) if isinstance(size, (int, float)) else None
+
+
+def _modified_of(info: dict[str, Any]) -> float | None:
+    """Last write time from an fsspec ``info`` dict (local ``mtime``, s3 ``LastModified``, memory ``created``)."""
+    for name in ("mtime", "LastModified", "last_modified", "created"):
+        value = info.get(name)
+        if isinstance(value, (int, float)):
+            return float(value)
+        stamp = getattr(value, "timestamp", None)
+        if callable(stamp):
+            return float(stamp())
+    return None

@@ -2,14 +2,21 @@
 
 An S3 PUT is atomic (the object becomes visible only once complete), so ``exists`` (a HEAD that
 also checks the object's size) never sees a partial page. Reads GET the object and stream it
-straight into the page segments (``readinto``), then verify the record (magic, length, XXH3-64).
-Batches run on a bounded thread pool of ``max_workers``; each key is one request.
+straight into the page segments (``readinto``), then verify the record (magic, length, the digest
+of the storage key it was written under, XXH3-64, and with a secret its tag). Batches run on a
+bounded thread pool of ``max_workers``; each key is one request.
+
+Every request of a page call gets what is left of the call's resilience deadline as its connect and
+read timeout, and each read of a response body re-arms the socket with what is left, so a killed,
+hung or slow endpoint never keeps a call past its deadline; a request that would start after it is
+not sent.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
@@ -18,10 +25,13 @@ import boto3
 import xxhash
 from botocore.config import Config
 from botocore.exceptions import ClientError, NoCredentialsError
+from urllib3.util import Timeout
 
 from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
-from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_record, parse_header
+from hicache_storage.listing import StoredPage
+from hicache_storage.page_format import HEADER_SIZE, PageRecordError, record_codec
+from hicache_storage.resilience import current_deadline, deadline_scope
 
 from .options import S3Options, check_secret_types
 from .raw_baseline import RawS3
@@ -54,6 +64,7 @@ class S3Backend(HiCacheStorage):
         supports_delete=True,
         supports_clear=True,
         verifies_integrity=True,
+        supports_list=True,
     )
 
     @staticmethod
@@ -69,7 +80,9 @@ class S3Backend(HiCacheStorage):
         self.bucket = options.bucket
         self.root = options.root
         self._fanout = options.fanout_chars
+        self._codec = record_codec(options)
         self._client = _make_client(options, self.timeout_s)
+        _bound_requests_by_deadline(self._client, self.timeout_s)
         self._pool = ThreadPoolExecutor(max_workers=options.max_workers, thread_name_prefix="hicache-s3")
         self._key_pattern = re.compile(
             re.escape(self.root + "/" if self.root else "")
@@ -113,6 +126,27 @@ class S3Backend(HiCacheStorage):
             if self._key_pattern.fullmatch(item["Key"])
         ]
 
+    def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
+        """One ``ListObjectsV2`` page (sizes and ``LastModified`` from S3); the cursor is its continuation token."""
+        root = self.root + "/" if self.root else ""
+        request: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": root if self._fanout else root + prefix,
+            "MaxKeys": min(limit, 1000),
+        }
+        if cursor is not None:
+            request["ContinuationToken"] = cursor
+        response = self._client.list_objects_v2(**request)
+        found = []
+        for item in response.get("Contents", ()):
+            name = item["Key"]
+            storage_key = name.rsplit("/", 1)[-1]
+            if self._key_pattern.fullmatch(name) and storage_key.startswith(prefix):
+                modified = item.get("LastModified")
+                found.append(StoredPage(storage_key, int(item["Size"]), modified.timestamp() if modified else None))
+        following = response.get("NextContinuationToken") if response.get("IsTruncated") else None
+        return found, following
+
     def _check_bucket(self) -> None:
         try:
             self._client.head_bucket(Bucket=self.bucket)
@@ -141,10 +175,19 @@ class S3Backend(HiCacheStorage):
         """Run ``work(i)`` for each index on the pool; faults on some keys are ``False`` for those keys.
 
         If every key faulted, the first fault is raised so the resilience policy sees an outage.
+        Every request runs under the calling thread's deadline; one that would start after it fails.
         """
+        deadline = current_deadline()
+
+        def bounded(index: int) -> bool:
+            with deadline_scope(deadline):
+                if deadline is not None and deadline - time.monotonic() <= 0:
+                    raise TimeoutError("the call's deadline passed before this request could start")
+                return work(index)
+
         if count == 1:
-            return [work(0)]
-        futures = [self._pool.submit(work, index) for index in range(count)]
+            return [bounded(0)]
+        futures = [self._pool.submit(bounded, index) for index in range(count)]
         results: list[bool] = []
         errors: list[BaseException] = []
         for future in futures:
@@ -163,7 +206,7 @@ class S3Backend(HiCacheStorage):
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         def put(index: int) -> bool:
-            body = encode_record(pages[index])
+            body = self._codec.record(keys[index], pages[index])
             self._client.put_object(Bucket=self.bucket, Key=self.object_key(keys[index]), Body=body)
             return True
 
@@ -185,13 +228,14 @@ class S3Backend(HiCacheStorage):
             if int(response.get("ContentLength", -1)) != want:
                 return self._integrity_failure()
             header = bytearray(HEADER_SIZE)
-            if not _read_exact(body, memoryview(header)) or not all(_read_exact(body, s) for s in page):
+            sock = _body_socket(body)
+            if not _read_exact(body, memoryview(header), sock) or not all(_read_exact(body, s, sock) for s in page):
                 return self._integrity_failure()
             try:
-                _length, digest = parse_header(header, want - HEADER_SIZE)
+                parsed = self._codec.check_header(header, key, want - HEADER_SIZE)
             except PageRecordError:
                 return self._integrity_failure()
-            if checksum(page) != digest:
+            if not self._codec.verify(parsed, key, page):
                 return self._integrity_failure()
             return True
         finally:
@@ -228,9 +272,13 @@ class S3Backend(HiCacheStorage):
         )
         return {item["Key"] for item in response.get("Errors", ()) if item.get("Code") not in _NOT_FOUND}
 
-    def clear_pages(self) -> None:
-        """Delete every page object under the prefix (objects not shaped like pages are kept)."""
+    def clear_pages(self, prefixes: Sequence[str] | None) -> None:
+        """Delete the page objects of the key spaces ``prefixes`` under the prefix (``None``: of every key
+        space); objects not shaped like pages are kept."""
         names = self.list_object_keys()
+        if prefixes is not None:
+            starts = tuple(prefixes)
+            names = [name for name in names if name.rsplit("/", 1)[-1].startswith(starts)]
         for begin in range(0, len(names), _DELETE_BATCH):
             failed = self._delete_objects(names[begin : begin + _DELETE_BATCH])
             if failed:
@@ -280,12 +328,49 @@ def _not_found(error: ClientError) -> bool:
     return str(error.response.get("Error", {}).get("Code", "")) in _NOT_FOUND
 
 
-def _read_exact(body: Any, target: memoryview) -> bool:
-    """Fill ``target`` from ``body``; ``False`` if the stream ends first."""
+def _bound_requests_by_deadline(client: Any, cap: float) -> None:
+    """Give every request of ``client`` what is left of the calling thread's deadline as its connect and
+    read timeout (at most ``cap``); without a deadline the client's own timeouts apply."""
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    original = getattr(session, "_get_request_timeout", None)
+    if session is None or original is None:  # another botocore: the client's fixed timeouts apply
+        log.debug("botocore has no per-request timeout hook; S3 calls use the client's timeouts")
+        return
+
+    def budgeted(request: Any) -> Any:
+        deadline = current_deadline()
+        if deadline is None:
+            return original(request)
+        left = max(0.001, min(cap, deadline - time.monotonic()))
+        return Timeout(connect=left, read=left)
+
+    session._get_request_timeout = budgeted
+
+
+def _body_socket(body: Any) -> Any:
+    """The socket a streamed response body is read from (``None`` when it cannot be found)."""
+    raw = getattr(body, "_raw_stream", None)
+    connection = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
+    return getattr(connection, "sock", None)
+
+
+def _read_exact(body: Any, target: memoryview, sock: Any = None) -> bool:
+    """Fill ``target`` from ``body``; ``False`` if the stream ends first.
+
+    Under a call deadline, each read first gives ``sock`` (the body's socket) what is left of it,
+    and a read that would start after the deadline raises :class:`TimeoutError`.
+    """
     view = target.cast("B") if target.format != "B" else target
     filled = 0
     size = view.nbytes
+    deadline = current_deadline()
     while filled < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the call's deadline passed while the object was being received")
+            if sock is not None:
+                sock.settimeout(left)
         count = body.readinto(view[filled:])
         if not count:
             return False
