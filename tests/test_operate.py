@@ -42,10 +42,12 @@ def options_for(name: str, tmp_path: Path) -> dict[str, Any]:
             "aws_access_key_id": env["HICACHE_TEST_S3_ACCESS_KEY_ID"],
             "aws_secret_access_key": env["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
         }
+    if name == "fsspec":
+        return {"url": f"memory://operate-{tag}"}
     return {"store": f"operate-{tag}"}  # a named sim store: every instance sees it
 
 
-@pytest.fixture(params=["file", "sim", "redis", "s3"])
+@pytest.fixture(params=["file", "sim", "redis", "s3", "fsspec"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     return request.param, options_for(request.param, tmp_path)
 
