@@ -92,8 +92,9 @@ def check_hostile_keys(backend: HiCacheStorage, listing: Callable[[], set[str]])
     good = make_keys(2)
     assert backend.batch_set_v1(good, torch.arange(0, 2 * backend.mem_pool_host.page_size)) == [True, True]
     landed = listing() - before
-    assert len(landed) == 2
-    for name in landed:
+    pages = {name for name in landed if "._manifest." not in name}  # the key space's manifest lands beside them
+    assert len(pages) == 2 and len(landed - pages) <= 1
+    for name in pages:
         assert SAFE_STORAGE_KEY.fullmatch(name), f"unexpected storage name {name!r}"
 
 
