@@ -158,11 +158,11 @@ class _Adapter(ConformanceTarget):
 
     def raw_store(self, backend: Any) -> MutableMapping[str, bytes]:
         own = self._own("raw_store")
-        return own(backend) if own else super().raw_store(backend)  # type: ignore[no-any-return]
+        return own(backend) if own else super().raw_store(backend)
 
     def read_stored(self, backend: Any, storage_key: str) -> bytes | None:
         own = self._own("read_stored")
-        return own(backend, storage_key) if own else super().read_stored(backend, storage_key)  # type: ignore[no-any-return]
+        return own(backend, storage_key) if own else super().read_stored(backend, storage_key)
 
     def write_stored(self, backend: Any, storage_key: str, data: bytes) -> None:
         own = self._own("write_stored")

@@ -230,6 +230,13 @@ class SwallowsWriteErrors(MemoryBackend):
             return [True] * len(keys)
 
 
+class SwallowsWriteErrorsNoHooks(SwallowsWriteErrors):
+    """SwallowsWriteErrors offering the suite no hook at all: no raw_store(), no set_available()."""
+
+    raw_store = None  # type: ignore[assignment]
+    set_available = None  # type: ignore[assignment]
+
+
 class SwallowsReadErrors(MemoryBackend):
     """Catches every error while filling a page and reports the page read."""
 
@@ -239,7 +246,7 @@ class SwallowsReadErrors(MemoryBackend):
             try:
                 out.extend(super().read_pages([key], [page], context))
             except Exception:
-                out.append(key in self.raw_store())
+                out.append(key in self._store)
         return out
 
 
@@ -287,6 +294,7 @@ MUTANTS: dict[str, tuple[str, str]] = {
     "SidecarKeysIgnoreGeometry": ("sidecar storage keys ignore the pool's geometry", "multi_pool"),
     "ValidatesPerTransfer": ("batch_set_v2 writes earlier transfers before rejecting a bad one", "multi_pool"),
     "SwallowsWriteErrors": ("a write whose store call fails is acknowledged True (errors swallowed)", "faults"),
+    "SwallowsWriteErrorsNoHooks": ("the same, and the backend offers no fault hook or side channel at all", "faults"),
     "SwallowsReadErrors": ("a read that fails while filling the page reports a hit (errors swallowed)", "faults"),
     "CopiesThroughBytes": ("declares zero_copy but copies every page through an intermediate bytes", "zero_copy"),
 }

@@ -54,3 +54,23 @@ def test_bad_config_fails_loudly() -> None:
     )
     assert done.returncode == 1
     assert "HICACHE_CONFORMANCE_CONFIG: not valid JSON" in done.stdout
+
+
+def test_unbuildable_backend_is_one_failure() -> None:
+    done = run_pytest({"HICACHE_CONFORMANCE_BACKEND": "file"})
+    assert done.returncode == 1
+    assert "1 failed" in done.stdout and "passed" not in done.stdout, done.stdout[-2000:]
+    assert "extra_config.path" in done.stdout
+
+
+def test_strict_profile_from_the_environment() -> None:
+    done = run_pytest(
+        {
+            "HICACHE_CONFORMANCE_BACKEND": "file",
+            "HICACHE_CONFORMANCE_CONFIG": '{"path": "{tmp}/p"}',
+            "HICACHE_CONFORMANCE_ONLY": "faults",
+            "HICACHE_CONFORMANCE_PROFILE": "strict",
+        }
+    )
+    assert done.returncode == 1
+    assert "1 failed" in done.stdout and "does not accept" in done.stdout, done.stdout[-2000:]

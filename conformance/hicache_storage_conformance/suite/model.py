@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_s
 from ..checks import Mismatch, check_equal, describe_page
 from ..harness import Handle, Harness
 
-KEY_COUNT = 6
+KEY_COUNT = 4
 STEPS = 12
 
 
@@ -62,6 +62,8 @@ def _machine(harness: Harness) -> type[RuleBasedStateMachine]:
                 check_equal(done, [True] * len(keys), f"batch_set_v1 of keys {unique}", rule=rule, hint=self._stats())
             for index in unique:
                 self.model[index] = self.version
+            # an acknowledged write is readable at once (the last write wins)
+            self._check(unique, self.handle.fetch(keys), "reading keys right after writing them")
 
         @rule(picked=indices, v0=st.booleans())
         def read(self, picked: list[int], v0: bool) -> None:
@@ -88,10 +90,15 @@ def _machine(harness: Harness) -> type[RuleBasedStateMachine]:
         @precondition(lambda self: harness.sdk and caps.supports_delete)
         @rule(picked=indices)
         def delete(self, picked: list[int]) -> None:
-            done = self.handle.delete([self.keys[i] for i in picked])
+            keys = [self.keys[i] for i in picked]
+            done = self.handle.delete(keys)
             check_equal(done, [True] * len(picked), f"delete of keys {picked}", rule="delete reports True per key")
             for index in picked:
                 self.model.pop(index, None)
+            rule = "a deleted page is gone: exists is False and a read misses"
+            check_equal(
+                self.handle.exists_each(keys), [False] * len(keys), f"exists right after delete of {picked}", rule=rule
+            )
 
         @precondition(lambda self: caps.supports_clear)
         @rule()
