@@ -4,8 +4,12 @@ Pages live at ``<root>/<fan-out>/<storage key>``. On async filesystems (s3fs, gc
 batch runs as concurrent per-page requests on the filesystem's loop, up to ``concurrency`` at
 once; a record is built just before its request and checked as soon as its reply arrives. A page
 becomes visible whole: local disks write a temp file and rename it; object stores and the memory
-filesystem store a value in one put. Reads verify the record
-(magic, length, XXH3-64); a bad record is a miss counted as ``integrity_failures``.
+filesystem store a value in one put. Reads verify the record (magic, length, the digest of the
+storage key it was written under, XXH3-64, and with a secret its tag); a bad record is a miss
+counted as ``integrity_failures``. On async filesystems a batch waits for its requests at most
+what is left of the call's resilience deadline: requests still running then are cancelled (a read
+scatters a record into its page only once the whole record has arrived, so a cancelled one has
+written nothing) and count as faults of their keys.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -26,7 +31,8 @@ from fsspec.implementations.local import LocalFileSystem
 from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.listing import StoredPage, page_after
-from hicache_storage.page_format import HEADER_SIZE, decode_into, encode_record
+from hicache_storage.page_format import HEADER_SIZE, record_codec
+from hicache_storage.resilience import current_deadline
 
 from .local_io import TEMP_SUFFIX, LocalPageFiles
 from .options import FsspecOptions, redact_url
@@ -91,7 +97,8 @@ class FsspecBackend(HiCacheStorage):
             self._check_bucket(self.root.split("/", 1)[0])
         self._fanout = options.fanout_chars
         self._async = bool(getattr(self.fs, "async_impl", False))
-        self._local = LocalPageFiles() if isinstance(self.fs, LocalFileSystem) else None
+        self._codec = record_codec(options)
+        self._local = LocalPageFiles(self._codec) if isinstance(self.fs, LocalFileSystem) else None
         mode = options.write_mode
         self._rename = mode == "rename" or (mode == "auto" and self._local is not None)
         if self._local is not None:
@@ -157,8 +164,13 @@ class FsspecBackend(HiCacheStorage):
 
     def _gather(self, make: Callable[[Any], Awaitable[Any]], items: Sequence[Any]) -> list[Any]:
         """Run ``make(item)`` for every item on the filesystem's loop, at most ``concurrency`` at
-        once (``make`` is called only when a slot is free); results or exceptions, in order."""
+        once (``make`` is called only when a slot is free); results or exceptions, in order.
+
+        Under a call deadline, items not done by then are cancelled (and waited for until they
+        have stopped) and come back as :class:`TimeoutError`.
+        """
         limit = self.options.concurrency
+        deadline = current_deadline()
 
         async def run() -> list[Any]:
             gate = asyncio.Semaphore(limit)
@@ -167,7 +179,22 @@ class FsspecBackend(HiCacheStorage):
                 async with gate:
                     return await make(item)
 
-            return await asyncio.gather(*(one(item) for item in items), return_exceptions=True)
+            tasks = [asyncio.ensure_future(one(item)) for item in items]
+            if not tasks:
+                return []
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            _done, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            out: list[Any] = []
+            for task in tasks:
+                if task.cancelled():
+                    out.append(TimeoutError("not done within the call's deadline"))
+                else:
+                    out.append(task.exception() or task.result())
+            return out
 
         return list(sync(self.fs.loop, run, timeout=None))
 
@@ -187,12 +214,17 @@ class FsspecBackend(HiCacheStorage):
     def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
-            for path, page in zip(paths, pages, strict=True):
-                self._local.write(path, page)
-            return [True] * len(keys)
+            outcomes: list[Any] = []
+            for path, key, page in zip(paths, keys, pages, strict=True):
+                try:
+                    self._local.write(path, key, page)
+                    outcomes.append(True)
+                except OSError as error:  # this page fails; the others of the batch go on
+                    outcomes.append(error)
+            return self._settle_writes(outcomes)
         if self._rename:
-            for path, page in zip(paths, pages, strict=True):
-                record = encode_record(page)
+            for path, key, page in zip(paths, keys, pages, strict=True):
+                record = self._codec.record(key, page)
                 temp = f"{path}.{xxhash.xxh3_64_hexdigest(record)}{TEMP_SUFFIX}"
                 self.fs.pipe_file(temp, record)
                 self.fs.mv(temp, path)
@@ -201,13 +233,13 @@ class FsspecBackend(HiCacheStorage):
             # checksummed, the others are on the wire, and at most `concurrency` records exist.
             pipe_file = self.fs._pipe_file
 
-            async def put(item: tuple[str, list[memoryview]]) -> Any:
-                return await pipe_file(item[0], encode_record(item[1]))
+            async def put(item: tuple[str, str, list[memoryview]]) -> Any:
+                return await pipe_file(item[0], self._codec.record(item[1], item[2]))
 
-            return self._settle_writes(self._gather(put, list(zip(paths, pages, strict=True))))
+            return self._settle_writes(self._gather(put, list(zip(paths, keys, pages, strict=True))))
         else:
-            for path, page in zip(paths, pages, strict=True):
-                self.fs.pipe_file(path, encode_record(page))
+            for path, key, page in zip(paths, keys, pages, strict=True):
+                self.fs.pipe_file(path, self._codec.record(key, page))
         return [True] * len(keys)
 
     def _settle_writes(self, outcomes: list[Any]) -> list[bool]:
@@ -223,25 +255,25 @@ class FsspecBackend(HiCacheStorage):
         want = HEADER_SIZE + context.page_bytes
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
-            found = [self._local.read(path, page) for path, page in zip(paths, pages, strict=True)]
+            found = [self._local.read(path, key, page) for path, key, page in zip(paths, keys, pages, strict=True)]
             return [self._count_bad(item is not False) and item is True for item in found]
         if self._async:
             # Each record is checked and scattered into its page as soon as it arrives, while the
             # other requests are still in flight.
             cat_file = self.fs._cat_file
 
-            async def fetch(item: tuple[str, list[memoryview]]) -> bool:
+            async def fetch(item: tuple[str, str, list[memoryview]]) -> bool:
                 value = await cat_file(item[0])
-                return len(value) == want and decode_into(value, item[1])
+                return len(value) == want and self._codec.decode_into(value, item[1], item[2])
 
-            outcomes = self._gather(fetch, list(zip(paths, pages, strict=True)))
+            outcomes = self._gather(fetch, list(zip(paths, keys, pages, strict=True)))
             return self._settle(outcomes, self._count_bad)
         data = self.fs.cat(paths, on_error="return")
         outcomes = [data.get(path, FileNotFoundError(path)) for path in paths]
         hits = self._settle(outcomes, lambda _value: True)
         return [
-            hit and self._count_bad(len(value) == want and decode_into(value, page))
-            for hit, value, page in zip(hits, outcomes, pages, strict=True)
+            hit and self._count_bad(len(value) == want and self._codec.decode_into(value, key, page))
+            for hit, value, key, page in zip(hits, outcomes, keys, pages, strict=True)
         ]
 
     def _count_bad(self, good: bool) -> bool:
@@ -278,11 +310,15 @@ class FsspecBackend(HiCacheStorage):
                     outcomes.append(error)
         return [not isinstance(item, BaseException) or isinstance(item, FileNotFoundError) for item in outcomes]
 
-    def clear_pages(self) -> None:
-        """Remove every page file (and leftover temp file) under the root; nothing else."""
+    def clear_pages(self, prefixes: Sequence[str] | None) -> None:
+        """Remove the page files (and leftover temp files) of the key spaces ``prefixes`` under the root
+        (``None``: of every key space); nothing else."""
         paths = self.page_files()
         with contextlib.suppress(FileNotFoundError):
             paths += [path for path in self.fs.find(self.root) if path.endswith(TEMP_SUFFIX)]
+        if prefixes is not None:
+            starts = tuple(prefixes) + tuple("." + start[:40] for start in prefixes)
+            paths = [path for path in paths if path.rsplit("/", 1)[-1].startswith(starts)]
         if paths and not all(self._remove(paths)):
             raise OSError(f"could not remove every page under {self.root!r}")
         self.fs.invalidate_cache()

@@ -1,31 +1,39 @@
-"""Local-disk fast path: vectored, atomically published page files (temp file + ``os.replace``)."""
+"""Local-disk fast path: vectored, atomically published page files (temp file + ``os.replace``).
+
+Reads open only regular files: never following a symbolic link, never blocking on a FIFO.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import secrets
+import stat
 from collections.abc import Sequence
 
-from hicache_storage.page_format import HEADER_SIZE, PageRecordError, checksum, encode_header, parse_header
+from hicache_storage.page_format import HEADER_SIZE, PageRecordError, RecordCodec
 from hicache_storage.vectored_io import writev_all
 
 __all__ = ["LocalPageFiles", "TEMP_SUFFIX"]
 
 TEMP_SUFFIX = ".hctmp"
 _IOV_MAX = 512
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 class LocalPageFiles:
     """Writes and reads page files on a local file system without joining page segments."""
 
-    def __init__(self) -> None:
+    def __init__(self, codec: RecordCodec | None = None) -> None:
+        self._codec = codec or RecordCodec()
         self._nonce = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._counter = itertools.count()
 
-    def write(self, path: str, page: Sequence[memoryview]) -> None:
-        """Publish ``path`` atomically: write a temp file next to it, then rename it over ``path``."""
+    def write(self, path: str, key: str, page: Sequence[memoryview]) -> None:
+        """Publish the record of ``page`` under storage key ``key`` at ``path`` atomically: write a temp
+        file next to it, then rename it over ``path``."""
         directory, name = os.path.split(path)
         temp = os.path.join(directory, f".{name[:40]}.{self._nonce}-{next(self._counter)}{TEMP_SUFFIX}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -36,7 +44,8 @@ class LocalPageFiles:
             fd = os.open(temp, flags, 0o600)
         try:
             try:
-                writev_all(fd, [memoryview(encode_header(page)), *page], HEADER_SIZE + sum(s.nbytes for s in page))
+                header = memoryview(self._codec.header(key, page))
+                writev_all(fd, [header, *page], HEADER_SIZE + sum(s.nbytes for s in page))
             finally:
                 os.close(fd)
             os.replace(temp, path)
@@ -45,17 +54,22 @@ class LocalPageFiles:
                 os.unlink(temp)
             raise
 
-    @staticmethod
-    def read(path: str, page: Sequence[memoryview]) -> bool | None:
-        """Fill ``page`` from ``path``: ``True`` ok, ``None`` missing, ``False`` a bad record."""
+    def read(self, path: str, key: str, page: Sequence[memoryview]) -> bool | None:
+        """Fill ``page`` from ``path`` (the record of ``key``): ``True`` ok, ``None`` missing, ``False`` a
+        bad record or something other than a regular file."""
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(path, _READ_FLAGS)
         except FileNotFoundError:
             return None
+        except OSError as error:
+            if error.errno in _NOT_A_PAGE:  # a symbolic link, a socket: not a page
+                return False
+            raise
         expected = sum(segment.nbytes for segment in page)
         header = bytearray(HEADER_SIZE)
         try:
-            if os.fstat(fd).st_size != HEADER_SIZE + expected:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size != HEADER_SIZE + expected:
                 return False
             count = os.readv(fd, [header, *page])
         finally:
@@ -63,7 +77,10 @@ class LocalPageFiles:
         if count != HEADER_SIZE + expected:
             return False
         try:
-            _length, digest = parse_header(header, expected)
+            parsed = self._codec.check_header(header, key, expected)
         except PageRecordError:
             return False
-        return checksum(page) == digest
+        return self._codec.verify(parsed, key, page)
+
+
+_NOT_A_PAGE = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENXIO})

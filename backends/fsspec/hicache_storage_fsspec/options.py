@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hicache_storage import ConfigError
+from hicache_storage.page_format import IntegrityOptions
 
 __all__ = ["SECRET_STORAGE_OPTIONS", "FsspecOptions", "redact_url", "redacted_storage_options"]
 
@@ -35,7 +36,7 @@ def redacted_storage_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, repr=False)
-class FsspecOptions:
+class FsspecOptions(IntegrityOptions):
     """Where pages go and how (see docs/backends/fsspec.md).
 
     ``url``: any fsspec URL (``memory://cache``, ``file:///data/cache``, ``s3://bucket/prefix``...);
@@ -45,7 +46,9 @@ class FsspecOptions:
     ``write_mode``: ``auto`` (temp file + rename on local disks, one put elsewhere), ``rename``
     (always temp + move) or ``direct`` (always one put); ``timeout_s``: client timeout injected into
     s3fs when ``storage_options`` sets none (``None`` = the resilience deadline);
-    ``check_bucket``: for ``s3://``, check at construction that the credentials may access the bucket.
+    ``check_bucket``: for ``s3://``, check at construction that the credentials may access the bucket;
+    ``integrity_secret_env`` / ``integrity_secret_file``: authenticate the page records
+    (:class:`~hicache_storage.page_format.IntegrityOptions`).
     """
 
     url: str
@@ -67,8 +70,8 @@ class FsspecOptions:
             raise ConfigError("extra_config.concurrency", f"must be in 1..1024, got {self.concurrency}")
         if self.write_mode not in ("auto", "rename", "direct"):
             raise ConfigError("extra_config.write_mode", f"must be auto, rename or direct, got {self.write_mode!r}")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ConfigError("extra_config.timeout_s", f"must be > 0, got {self.timeout_s}")
+        if self.timeout_s is not None and not 0 < self.timeout_s <= 3600:
+            raise ConfigError("extra_config.timeout_s", f"must be > 0 and <= 3600 seconds, got {self.timeout_s}")
 
     def __repr__(self) -> str:
         shown = []

@@ -50,7 +50,7 @@ def test_v0_partial_hits_delete_and_stored_format(location: dict[str, Any], open
     assert got[1] is None and got[3] is None
     assert bytes(got[0].view(torch.uint8).numpy()) == page_bytes(pool, 0)
     skey = backend.keyspace.storage_key(keys[0])
-    assert backend.fs.cat_file(backend.path_for(skey)) == encode_record([memoryview(page_bytes(pool, 0))])
+    assert backend.fs.cat_file(backend.path_for(skey)) == encode_record([memoryview(page_bytes(pool, 0))], skey)
     assert backend.delete(keys[:2]) == [True, True]
     assert backend.batch_exists_each(keys) == [False, False, True, False]
 
@@ -86,7 +86,9 @@ def test_isolation_and_scoped_clear(location: dict[str, Any], open_backend: Any)
     a.fs.pipe_file(foreign, b"keep")
     a.clear()
     assert a.batch_exists_each(keys) == [False] * 3
-    assert b.batch_exists_each(keys) == [False] * 3, "same url: clear removes every page under it"
+    assert b.batch_exists_each(keys) == [True] * 3, "clear() removes only the caller's key space"
+    a.clear(everything=True)
+    assert b.batch_exists_each(keys) == [False] * 3, "same url: clear(everything=True) removes every page under it"
     assert a.fs.cat_file(foreign) == b"keep"
     assert len(a.raw_store()) == 0
 

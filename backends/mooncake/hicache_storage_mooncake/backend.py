@@ -20,9 +20,19 @@ registered staging buffer and moved as one buffer (``batch_upsert_from`` / ``bat
 Over TCP that is faster for small segments, each buffer of a transfer costing a request of its
 own. Both ways store the same object, so staged and zero-copy clients read each other's pages.
 
-A batch in which every key fails with RPC_FAIL (master unreachable) raises :class:`BackendFault`,
-which the SDK turns into misses / ``False`` and feeds to the circuit breaker; other negative codes
-are per-key failures counted as ``mooncake_<code name>``.
+A batch in which every key fails with RPC_FAIL or RPC_TIMEOUT (master unreachable or not
+answering) raises :class:`BackendFault`, which the SDK turns into misses / ``False`` and feeds to
+the circuit breaker; other negative codes are per-key failures counted as ``mooncake_<code name>``.
+
+Deadlines: the client's own RPC timeout (``MC_RPC_TIMEOUT_MS``, read at set-up) is derived from
+the resilience deadline (``rpc_timeout_ms``), so a hung or slow master answers each RPC within a
+fraction of it. A client whose master was killed retries its connection for seconds whatever that
+timeout says, so under a deadline each Mooncake call runs on a worker thread and the caller waits
+at most what is left of the deadline. A call given up on keeps its header or staging slab until it
+ends (no other call can reuse memory it may still write), is counted as
+``mooncake_abandoned_calls``, and its keys fail. A zero-copy read given up on may still complete
+into its host pages later; that happens only when the master answers after the deadline, which a
+restarted master (it holds no objects) never does. Writes without checksums are never given up on.
 """
 
 from __future__ import annotations
@@ -31,8 +41,10 @@ import ctypes
 import dataclasses
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -42,8 +54,9 @@ import torch
 from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig, KeySpace
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_buffers import PageBuffers
+from hicache_storage.resilience import current_deadline
 
-from .client import OBJECT_NOT_FOUND, RPC_FAIL, CallGate, code_name, import_store, open_store
+from .client import OBJECT_NOT_FOUND, OUTAGE_CODES, CallGate, code_name, import_store, open_store
 from .options import MooncakeOptions
 from .raw_baseline import RawMooncake
 from .record import HEADER_SIZE, RecordCheck, check_header, key_digest, pack_header, payload_checksum
@@ -69,6 +82,8 @@ STAGING_SLABS = 4
 AUTO_STAGE_BELOW_SEGMENT_BYTES = 256 << 10
 #: How long a call waits for a free header slab before failing (counted as a fault).
 SLAB_WAIT_S = 30.0
+#: Worker threads running Mooncake calls under a deadline (calls given up on keep theirs until they end).
+CALL_WORKERS = 8
 
 
 def _rounds(keys: Sequence[str]) -> list[list[int]]:
@@ -110,20 +125,41 @@ class SlabArena:
         self.array = self.tensor.numpy()
         self.view = self.array.data.cast("B")
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._kept: set[int] = set()
+        self._kept_lock = threading.Lock()
         for slab in range(slabs):
             self._free.put(slab * self.slab_bytes)
 
     @contextmanager
     def slab(self) -> Iterator[int]:
-        """Offset of a slab reserved for the caller until the block ends."""
+        """Offset of a slab reserved for the caller until the block ends (or, if :meth:`keep` was
+        called for it, until :meth:`give_back`)."""
+        timeout = SLAB_WAIT_S
+        deadline = current_deadline()
+        if deadline is not None:
+            timeout = max(0.0, min(timeout, deadline - time.monotonic()))
         try:
-            offset = self._free.get(timeout=SLAB_WAIT_S)
+            offset = self._free.get(timeout=timeout)
         except queue.Empty:
-            raise BackendFault(f"no free {self.what} slab within {SLAB_WAIT_S} s") from None
+            raise BackendFault(f"no free {self.what} slab within {timeout:.3f} s") from None
         try:
             yield offset
         finally:
-            self._free.put(offset)
+            with self._kept_lock:
+                kept = offset in self._kept
+            if not kept:
+                self._free.put(offset)
+
+    def keep(self, offset: int) -> None:
+        """Hold the slab at ``offset`` past its block: a call given up on may still write into it."""
+        with self._kept_lock:
+            self._kept.add(offset)
+
+    def give_back(self, offset: int) -> None:
+        """Return a slab held by :meth:`keep`."""
+        with self._kept_lock:
+            self._kept.discard(offset)
+        self._free.put(offset)
 
 
 class MooncakeBackend(HiCacheStorage):
@@ -170,12 +206,75 @@ class MooncakeBackend(HiCacheStorage):
         self._replicate = replicate_cls()
         self._replicate.replica_num = options.replica_num
         self._gate = CallGate()
-        self._store: Any = open_store(options)
+        self._store: Any = open_store(options, self.rpc_timeout_ms)
+        self._workers: ThreadPoolExecutor | None = None
         self._regions: list[tuple[int, int]] = []
         self._headers: SlabArena | None = None
         self._staging: SlabArena | None = None
         self._setup_lock = threading.Lock()
         self._remove_pool: ThreadPoolExecutor | None = None
+
+    @property
+    def rpc_timeout_ms(self) -> int:
+        """Timeout of one master RPC: ``rpc_timeout_ms``, else 40 % of the I/O timeout (the deadline), at
+        least 50 ms, so a read (one RPC) and a write (remove, then put) both fit in one deadline."""
+        if self.options.rpc_timeout_ms is not None:
+            return int(self.options.rpc_timeout_ms)
+        return max(50, round(self.io_timeout_s * 400))
+
+    def _call(
+        self, what: str, function: Callable[..., Any], *args: Any, hold: tuple[SlabArena, int] | None = None
+    ) -> Any:
+        """``function(*args)`` on the client, inside the call gate; under a deadline on a worker thread,
+        waited for at most what is left of it (then :class:`BackendFault`; ``hold``'s slab stays
+        reserved until the call ends)."""
+        deadline = current_deadline()
+        if deadline is None:
+            with self._gate:
+                return function(*args)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BackendFault(f"Mooncake {what} not started: the call's deadline has passed")
+
+        def run() -> Any:
+            with self._gate:
+                return function(*args)
+
+        future = self._worker_pool().submit(run)
+        try:
+            return future.result(timeout=left)
+        except FutureTimeout:
+            self.stats.bump("mooncake_abandoned_calls")
+            if hold is not None:
+                arena, offset = hold
+                arena.keep(offset)
+                future.add_done_callback(lambda _done: arena.give_back(offset))
+            raise BackendFault(f"Mooncake {what} did not answer within the call's deadline") from None
+
+    def _gated(self, function: Callable[..., Any], *args: Any) -> Any:
+        with self._gate:
+            return function(*args)
+
+    def _wait_for(self, future: Future[Any], what: str, hold: tuple[SlabArena, int]) -> Any:
+        """The result of ``future`` (a client call on a helper thread), waited for within the call's deadline."""
+        deadline = current_deadline()
+        try:
+            return future.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            self.stats.bump("mooncake_abandoned_calls")
+            arena, offset = hold
+            arena.keep(offset)
+            future.add_done_callback(lambda _done: arena.give_back(offset))
+            raise BackendFault(f"Mooncake {what} did not answer within the call's deadline") from None
+
+    def _worker_pool(self) -> ThreadPoolExecutor:
+        pool = self._workers
+        if pool is None:
+            with self._setup_lock:
+                if self._workers is None:
+                    self._workers = ThreadPoolExecutor(max_workers=CALL_WORKERS, thread_name_prefix="hicache-mooncake")
+                pool = self._workers
+        return pool
 
     # ------------------------------------------------------------ set-up
     def on_register_pool(self, pool: Any, keyspace: KeySpace) -> None:
@@ -238,7 +337,8 @@ class MooncakeBackend(HiCacheStorage):
         if not isinstance(codes, list) or len(codes) != count:
             raise BackendFault(f"Mooncake {what} returned {codes!r} for {count} keys")
         values = [int(code) for code in codes]
-        if values and all(code == RPC_FAIL for code in values):
+        if values and all(code in OUTAGE_CODES for code in values):
+            self.stats.bump(code_name(values[0]))
             raise BackendFault(f"Mooncake master {self.options.master_server_address} unreachable during {what}")
         for code in values:
             if code < 0 and code != OBJECT_NOT_FOUND:
@@ -293,6 +393,7 @@ class MooncakeBackend(HiCacheStorage):
         if verdict is RecordCheck.OK:
             return True
         self.stats.bump(f"mooncake_{verdict.value}")
+        self.stats.bump("integrity_failures")
         return False
 
     # ------------------------------------------------------------ primitives
@@ -351,9 +452,10 @@ class MooncakeBackend(HiCacheStorage):
         """Remove, then put [header, segments...] for pages in registered memory (at most one slab)."""
         arena = self._arena()
         out = [False] * len(names)
-        with arena.slab() as slab, self._gate:
+        with arena.slab() as slab:
             # The remove waits on the master with the GIL released: hash and pack the headers meanwhile.
-            removing = self._remover().submit(self._store.batch_remove, names, True)
+            store = self._store
+            removing = self._remover().submit(self._gated, store.batch_remove, names, True)
             try:
                 all_ptrs: list[list[int]] = []
                 all_sizes: list[list[int]] = []
@@ -363,22 +465,25 @@ class MooncakeBackend(HiCacheStorage):
                     all_ptrs.append([arena.base + offset, *ptrs[n]])
                     all_sizes.append([HEADER_SIZE, *sizes[n]])
             finally:
-                removed_codes = removing.result()
+                removed_codes = self._wait_for(removing, "batch_remove", (arena, slab))
             removed = self._check(removed_codes, len(names), "batch_remove")
             # A key whose old object could not be removed is not put: put would keep the old value.
             todo = [n for n, code in enumerate(removed) if code in (0, OBJECT_NOT_FOUND)]
             if not todo:
                 return out
-            codes = self._check(
-                self._store.batch_put_from_multi_buffers(
-                    [names[n] for n in todo],
-                    [all_ptrs[n] for n in todo],
-                    [all_sizes[n] for n in todo],
+            put_args = ([names[n] for n in todo], [all_ptrs[n] for n in todo], [all_sizes[n] for n in todo])
+            if self.verify_checksum:
+                put = self._call(
+                    "batch_put_from_multi_buffers",
+                    store.batch_put_from_multi_buffers,
+                    *put_args,
                     self._replicate,
-                ),
-                len(todo),
-                "batch_put_from_multi_buffers",
-            )
+                    hold=(arena, slab),
+                )
+            else:  # a late put of reused memory would store unverifiable bytes: never given up on
+                with self._gate:
+                    put = store.batch_put_from_multi_buffers(*put_args, self._replicate)
+            codes = self._check(put, len(todo), "batch_put_from_multi_buffers")
         for n, code in zip(todo, codes, strict=True):
             out[n] = code == 0
         return out
@@ -404,14 +509,19 @@ class MooncakeBackend(HiCacheStorage):
                     pack_header(view, start, length, digest, key_digest(mkeys[index]))
                     chunk_ptrs.append(arena.base + start)
                     chunk_sizes.append(offset - start)
-                with self._gate:
-                    codes = self._check(
-                        self._store.batch_upsert_from(
-                            [mkeys[i] for i in chunk], chunk_ptrs, chunk_sizes, self._replicate
-                        ),
-                        len(chunk),
+                codes = self._check(
+                    self._call(
                         "batch_upsert_from",
-                    )
+                        self._store.batch_upsert_from,
+                        [mkeys[i] for i in chunk],
+                        chunk_ptrs,
+                        chunk_sizes,
+                        self._replicate,
+                        hold=(arena, slab),
+                    ),
+                    len(chunk),
+                    "batch_upsert_from",
+                )
                 for index, code in zip(chunk, codes, strict=True):
                     out[index] = code == 0
 
@@ -428,12 +538,18 @@ class MooncakeBackend(HiCacheStorage):
             arena.view[slab : slab + len(names) * HEADER_SIZE] = bytes(len(names) * HEADER_SIZE)
             all_ptrs = [[arena.base + slab + n * HEADER_SIZE, *ptrs[n]] for n in range(len(names))]
             all_sizes = [[HEADER_SIZE, *sizes[n]] for n in range(len(names))]
-            with self._gate:
-                codes = self._check(
-                    self._store.batch_get_into_multi_buffers(names, all_ptrs, all_sizes),
-                    len(names),
+            codes = self._check(
+                self._call(
                     "batch_get_into_multi_buffers",
-                )
+                    self._store.batch_get_into_multi_buffers,
+                    names,
+                    all_ptrs,
+                    all_sizes,
+                    hold=(arena, slab),
+                ),
+                len(names),
+                "batch_get_into_multi_buffers",
+            )
             for n, code in enumerate(codes):
                 length = sum(sizes[n])
                 if self._complete(code, HEADER_SIZE + length):
@@ -455,12 +571,18 @@ class MooncakeBackend(HiCacheStorage):
                 chunk = staged[begin : begin + arena.per_slab]
                 totals = [HEADER_SIZE + sum(segment.nbytes for segment in pages[index]) for index in chunk]
                 starts = [slab + sum(totals[:n]) for n in range(len(chunk))]
-                with self._gate:
-                    codes = self._check(
-                        self._store.batch_get_into([mkeys[i] for i in chunk], [arena.base + s for s in starts], totals),
-                        len(chunk),
+                codes = self._check(
+                    self._call(
                         "batch_get_into",
-                    )
+                        self._store.batch_get_into,
+                        [mkeys[i] for i in chunk],
+                        [arena.base + s for s in starts],
+                        totals,
+                        hold=(arena, slab),
+                    ),
+                    len(chunk),
+                    "batch_get_into",
+                )
                 for index, code, start, total in zip(chunk, codes, starts, totals, strict=True):
                     if not self._complete(code, total):
                         continue
@@ -475,24 +597,24 @@ class MooncakeBackend(HiCacheStorage):
 
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         """``batch_is_exist``: 1 is a hit; 0 and errors are misses."""
-        with self._gate:
-            codes = self._check(
-                self._store.batch_is_exist([self.mooncake_key(key) for key in keys]), len(keys), "batch_is_exist"
-            )
+        names = [self.mooncake_key(key) for key in keys]
+        codes = self._check(
+            self._call("batch_is_exist", self._store.batch_is_exist, names), len(keys), "batch_is_exist"
+        )
         return [code == 1 for code in codes]
 
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         """``batch_remove(force=True)``; a key already absent counts as deleted."""
-        with self._gate:
-            codes = self._check(
-                self._store.batch_remove([self.mooncake_key(key) for key in keys], True), len(keys), "batch_remove"
-            )
+        names = [self.mooncake_key(key) for key in keys]
+        codes = self._check(
+            self._call("batch_remove", self._store.batch_remove, names, True), len(keys), "batch_remove"
+        )
         return [code in (0, OBJECT_NOT_FOUND) for code in codes]
 
-    def clear_pages(self) -> None:
-        """Remove every object of this deployment's key spaces (every registered pool) under ``key_prefix``."""
-        for pool in self.registered_pools():
-            prefix = self.pool_keyspace(pool).prefix
+    def clear_pages(self, prefixes: Sequence[str] | None) -> None:
+        """Remove the objects of the key spaces ``prefixes`` under ``key_prefix`` (``None``: every object
+        under it; with an empty ``key_prefix``, every object of the store)."""
+        for prefix in [""] if prefixes is None else prefixes:
             pattern = "^" + (self.key_prefix + prefix).replace(".", r"\.")
             with self._gate:
                 removed = int(self._store.remove_by_regex(pattern, True))
@@ -507,6 +629,8 @@ class MooncakeBackend(HiCacheStorage):
             return
         if self._remove_pool is not None:
             self._remove_pool.shutdown(wait=True)
+        if self._workers is not None:
+            self._workers.shutdown(wait=True)
         store, self._store = self._store, None
         if store is None:
             return

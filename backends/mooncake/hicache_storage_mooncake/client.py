@@ -15,7 +15,9 @@ __all__ = [
     "CODE_NAMES",
     "INSTALL_HINT",
     "OBJECT_NOT_FOUND",
+    "OUTAGE_CODES",
     "RPC_FAIL",
+    "RPC_TIMEOUT",
     "CallGate",
     "code_name",
     "import_store",
@@ -33,9 +35,18 @@ CODE_NAMES: dict[int, str] = {
     -707: "lease_expired",
     -800: "transfer_fail",
     -900: "rpc_fail",
+    -901: "rpc_timeout",
 }
 OBJECT_NOT_FOUND = -704
 RPC_FAIL = -900
+#: Returned for every key when the master does not answer within ``MC_RPC_TIMEOUT_MS`` (seen with a
+#: stopped master).
+RPC_TIMEOUT = -901
+#: Codes that, returned for every key of a call, mean the master is unreachable (an outage).
+OUTAGE_CODES = frozenset({RPC_FAIL, RPC_TIMEOUT})
+#: The client's RPC timeouts, read once at set-up.
+RPC_TIMEOUT_ENV = ("MC_RPC_TIMEOUT_MS", "MC_RPC_CONNECT_TIMEOUT_MS")
+_rpc_env_set_here: set[str] = set()
 
 INSTALL_HINT = (
     "the mooncake backend needs the Mooncake Store client (Python module 'mooncake'): "
@@ -58,14 +69,21 @@ def import_store() -> tuple[type[Any], type[Any]]:
     return MooncakeDistributedStore, ReplicateConfig
 
 
-def open_store(options: MooncakeOptions) -> Any:
+def open_store(options: MooncakeOptions, rpc_timeout_ms: int | None = None) -> Any:
     """A set-up ``MooncakeDistributedStore``; :class:`BackendFault` naming the master when set-up fails.
 
     ``MC_STORE_CLIENT_SETUP_RETRIES`` is set from ``setup_retries`` and ``MC_TCP_BIND_ADDRESS``
-    (the address advertised for TCP transfers) defaults to ``local_hostname``.
+    (the address advertised for TCP transfers) defaults to ``local_hostname``. With
+    ``rpc_timeout_ms``, ``MC_RPC_TIMEOUT_MS`` and ``MC_RPC_CONNECT_TIMEOUT_MS`` are set to it for this
+    client, unless the environment set them before this process did.
     """
     store_cls, _ = import_store()
     os.environ["MC_STORE_CLIENT_SETUP_RETRIES"] = str(options.setup_retries)
+    if rpc_timeout_ms is not None:
+        for name in RPC_TIMEOUT_ENV:
+            if name not in os.environ or name in _rpc_env_set_here:
+                os.environ[name] = str(int(rpc_timeout_ms))
+                _rpc_env_set_here.add(name)
     if options.protocol == "tcp":
         os.environ.setdefault("MC_TCP_BIND_ADDRESS", options.bind_host)
     store = store_cls()

@@ -38,6 +38,8 @@ _DEFAULTS: dict[str, str | int] = {
     "device_name": "",
 }
 
+#: Largest size option (1 PiB).
+MAX_SIZE = 1 << 50
 _SIZE = re.compile(r"\s*(\d+)\s*([kmgt]?)(i?b)?\s*", re.IGNORECASE)
 _PREFIX = re.compile(r"[A-Za-z0-9._:/-]*")
 
@@ -52,8 +54,8 @@ def parse_size(value: int | str, option: str) -> int:
             raise ConfigError(option, f"expected bytes (int) or a size like '4GB', got {value!r}")
         shift = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[match.group(2).lower()]
         number = int(match.group(1)) << shift
-    if number < 0:
-        raise ConfigError(option, f"must be >= 0, got {value!r}")
+    if not 0 <= number <= MAX_SIZE:
+        raise ConfigError(option, f"must be in 0..{MAX_SIZE} bytes (1 PiB), got {value!r}")
     return number
 
 
@@ -88,6 +90,8 @@ class MooncakeOptions:
       still checks the header (object key digest and length) but neither hashes nor verifies the
       payload: ``verifies_integrity`` is then not declared, and a client with ``True`` reads pages
       written with ``False`` as misses.
+    - ``rpc_timeout_ms``: timeout of one master RPC (``MC_RPC_TIMEOUT_MS``); ``None`` = 40 % of the
+      resilience deadline (at least 50 ms). An environment that sets ``MC_RPC_TIMEOUT_MS`` itself wins.
     """
 
     master_server_address: str | None = None
@@ -103,6 +107,7 @@ class MooncakeOptions:
     replica_num: int = 1
     verify_checksum: bool = True
     transfer: str = "auto"
+    rpc_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -143,8 +148,12 @@ class MooncakeOptions:
                 "extra_config.transfer",
                 f"expected one of {', '.join(map(repr, TRANSFER_MODES))}, got {self.transfer!r}",
             )
-        if self.replica_num < 1:
-            raise ConfigError("extra_config.replica_num", f"must be >= 1, got {self.replica_num}")
+        if not 1 <= self.replica_num <= 64:
+            raise ConfigError("extra_config.replica_num", f"must be in 1..64, got {self.replica_num}")
+        if self.rpc_timeout_ms is not None and not 1 <= self.rpc_timeout_ms <= 3_600_000:
+            raise ConfigError(
+                "extra_config.rpc_timeout_ms", f"must be in 1..3600000 or null, got {self.rpc_timeout_ms}"
+            )
 
     def _check_address(self) -> None:
         address = self.master_server_address

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from hicache_storage import ConfigError
+from hicache_storage.page_format import IntegrityOptions
 
 __all__ = ["SECRET_OPTIONS", "S3Options", "check_secret_types"]
 
@@ -27,7 +28,7 @@ def check_secret_types(values: Mapping[str, Any]) -> None:
 
 
 @dataclass(frozen=True, repr=False)
-class S3Options:
+class S3Options(IntegrityOptions):
     """Bucket, location and client settings (see docs/backends/s3.md).
 
     ``bucket`` (required) and ``prefix`` (folder of this cache inside the bucket) locate pages at
@@ -36,7 +37,9 @@ class S3Options:
     choose the service; credentials come from boto3's chain (env vars, ``profile``, instance role)
     unless ``aws_access_key_id``/``aws_secret_access_key``/``aws_session_token`` are given.
     ``max_workers``: concurrent requests per batch; ``timeout_s``: connect/read timeout (``None`` =
-    the resilience deadline); ``check_bucket``: verify at construction that the bucket exists.
+    the resilience deadline); ``check_bucket``: verify at construction that the bucket exists;
+    ``integrity_secret_env`` / ``integrity_secret_file``: authenticate the page records
+    (:class:`~hicache_storage.page_format.IntegrityOptions`).
     """
 
     bucket: str
@@ -78,8 +81,8 @@ class S3Options:
             raise ConfigError("extra_config.max_workers", f"must be in 1..512, got {self.max_workers}")
         if not 0 <= self.fanout_chars <= 8:
             raise ConfigError("extra_config.fanout_chars", f"must be in 0..8, got {self.fanout_chars}")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ConfigError("extra_config.timeout_s", f"must be > 0, got {self.timeout_s}")
+        if self.timeout_s is not None and not 0 < self.timeout_s <= 3600:
+            raise ConfigError("extra_config.timeout_s", f"must be > 0 and <= 3600 seconds, got {self.timeout_s}")
 
     @property
     def root(self) -> str:

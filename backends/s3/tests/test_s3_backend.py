@@ -61,7 +61,7 @@ def test_object_layout_is_fanned_out_record(env: dict[str, str], open_backend: A
     prefix, fan, leaf = name.split("/")
     assert prefix == backend.root and len(fan) == 3 and leaf == skey
     body = s3_client(env).get_object(Bucket=bucket, Key=name)["Body"].read()  # type: ignore[attr-defined]
-    assert body == encode_record([memoryview(page_bytes(pool, 0))])
+    assert body == encode_record([memoryview(page_bytes(pool, 0))], skey)
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
