@@ -17,9 +17,9 @@ RUN_SECONDS = 0.6
 JOIN_SECONDS = 30.0
 SLOTS_PER_THREAD = 8
 #: visible_only_when_complete: keys written one by one while readers poll the key being written.
-VISIBLE_KEYS = 64
+VISIBLE_KEYS = 2000
 VISIBLE_MIN_KEYS = 8
-VISIBLE_SECONDS = 1.0
+VISIBLE_SECONDS = 0.5
 SWITCH_INTERVAL_S = 0.0001
 
 
