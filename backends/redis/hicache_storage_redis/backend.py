@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from redis.exceptions import ResponseError
@@ -65,6 +66,11 @@ class RedisBackend(HiCacheStorage):
         verifies_integrity=True,
         supports_list=True,
     )
+
+    @classmethod
+    def capabilities_for(cls, options: Any) -> Capabilities:
+        """With ``ttl_s`` every written page expires on its own (Redis ``PX``)."""
+        return replace(cls.capabilities, ttl=True) if options.ttl_s is not None else cls.capabilities
 
     @staticmethod
     def raw_baseline(config: HiCacheStorageConfig) -> RawRedis:

@@ -385,3 +385,12 @@ def test_entry_point_loads(redis_url: str) -> None:
     assert isinstance(backend, RedisBackend)
     assert backend.capabilities.may_evict and backend.capabilities.verifies_integrity
     backend.close()
+
+
+def test_ttl_is_declared_only_with_ttl_s(open_backend: Any, redis_url: str) -> None:
+    assert not open_backend({"url": redis_url}).capabilities.ttl
+    backend = open_backend({"url": redis_url, "ttl_s": 30})
+    assert backend.capabilities.ttl
+    keys = random_keys(1)
+    assert backend.batch_set_v1(keys, page_indices(0, 1)) == [True]
+    assert 0 < backend.client().pttl(backend.redis_key(backend.pool_keyspace().storage_key(keys[0]))) <= 30_000
