@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from rel_support import FIGURES, PrivateServices
+from rel_support import FAULT_ROWS, FIGURES, PrivateServices, fault_table
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,17 @@ def services() -> Iterator[PrivateServices]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print the figures the reliability tests measured (and save them when asked to)."""
+    """Print the figures the reliability tests measured (and save them when asked to).
+
+    ``HICACHE_RELIABILITY_FIGURES=path.json`` saves the named figures; ``HICACHE_FAULT_TABLE=path.json``
+    saves the rows of the deadline tests (``tests/reliability/fault_table.py`` renders them).
+    """
+    if FAULT_ROWS:
+        terminalreporter.write_sep("-", "worst call per backend and fault")
+        terminalreporter.write_line(fault_table(FAULT_ROWS))
+        table = os.environ.get("HICACHE_FAULT_TABLE")
+        if table:
+            Path(table).write_text(json.dumps(FAULT_ROWS, indent=2) + "\n")
     if not FIGURES:
         return
     terminalreporter.write_sep("-", "reliability figures")

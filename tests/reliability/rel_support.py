@@ -11,6 +11,7 @@ import contextlib
 import datetime
 import hashlib
 import ipaddress
+import multiprocessing
 import os
 import random
 import secrets
@@ -449,3 +450,241 @@ FIGURES: dict[str, object] = {}
 def record(name: str, value: object) -> None:
     """Keep a measured figure for the summary (rounded floats)."""
     FIGURES[name] = round(value, 4) if isinstance(value, float) else value
+
+
+# --------------------------------------------------------------------------- pids of private servers
+def unit_pid(services: PrivateServices, unit: str) -> int:
+    """Pid of a running unit of ``services`` (``redis``, ``s3``, ``mooncake-master``, ``redis-cluster-N``)."""
+    if unit.startswith("redis-cluster-"):
+        port = services.cluster_ports[int(unit.rsplit("-", 1)[1]) - 1]
+        path = Path(services.dir, "redis-cluster", str(port), "pid")
+    elif unit.startswith("mooncake-"):
+        path = Path(services.dir, "mooncake", unit.split("-", 1)[1], "pid")
+    else:
+        path = Path(services.dir, unit, "pid")
+    return int(path.read_text().split()[0])
+
+
+# --------------------------------------------------------------------------- a TCP proxy that misbehaves
+class FaultProxy:
+    """A loopback TCP proxy in front of one server that can turn slow, hang, reset or refuse.
+
+    It runs in a process of its own, so it keeps forwarding while a client holds the GIL (some
+    native clients block in calls that never release it). Modes (:meth:`set`): ``pass``,
+    ``delay`` (every chunk held ``delay_s`` both ways), ``stall`` (forward nothing: a hung server),
+    ``reset`` (reset every connection, new ones at once), ``down`` (connection refused).
+    """
+
+    def __init__(self, target_port: int, target_host: str = HOST) -> None:
+        self.port = free_ports(1)[0]
+        context = multiprocessing.get_context("spawn")
+        self._control, child = context.Pipe()
+        self._process = context.Process(
+            target=_serve_proxy, args=(target_port, self.port, target_host, child), name="fault-proxy", daemon=True
+        )
+        self._process.start()
+        if not self._control.poll(30) or self._control.recv() != "ready":
+            self._process.kill()
+            raise RuntimeError("the fault proxy did not start")
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def set(self, mode: str, delay_s: float = 0.0) -> None:
+        """Switch to ``mode``; returns once the proxy has switched."""
+        self._control.send((mode, delay_s))
+        if not self._control.poll(10) or self._control.recv() != "ok":
+            raise RuntimeError(f"the fault proxy did not switch to {mode}")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, EOFError, BrokenPipeError):
+            self._control.send(("close", 0.0))
+        self._process.join(5)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+def _serve_proxy(target_port: int, port: int, target_host: str, control: Any) -> None:
+    """Body of the proxy process: serve until told to close (or the parent goes away)."""
+    server = _ProxyServer(target_port, port, target_host)
+    control.send("ready")
+    while True:
+        try:
+            mode, delay_s = control.recv()
+        except (EOFError, OSError):
+            break
+        if mode == "close":
+            break
+        server.set(mode, delay_s)
+        control.send("ok")
+    server.close()
+
+
+class _ProxyServer:
+    """A loopback TCP proxy in front of one server that can turn slow, hang, reset or refuse.
+
+    Modes: ``pass`` (forward at once), ``delay`` (hold every chunk ``delay_s`` before forwarding it,
+    both ways), ``stall`` (accept, then forward nothing: a hung server), ``reset`` (close every
+    connection, new ones at once), ``down`` (not listening: connection refused). Switching back to
+    ``pass`` resumes stalled connections, as ``SIGCONT`` resumes a stopped server.
+    """
+
+    def __init__(self, target_port: int, port: int, target_host: str = HOST) -> None:
+        self.target = (target_host, target_port)
+        self.port = port
+        self.mode = "pass"
+        self.delay_s = 0.0
+        self._lock = threading.Lock()
+        self._connections: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self._closed = False
+        self._listen()
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def _listen(self) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((HOST, self.port))
+        listener.listen(128)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), name="fault-proxy-accept", daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            if self.mode == "reset":
+                _reset(client)
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                _reset(client)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._connections += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), name="fault-proxy-pump", daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while True:
+                data = source.recv(1 << 16)
+                if not data:
+                    break
+                while self.mode == "stall" and not self._closed:
+                    time.sleep(0.01)
+                if self.mode == "delay":
+                    time.sleep(self.delay_s)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def _drop_connections(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            _reset(connection)
+
+    def set(self, mode: str, delay_s: float = 0.0) -> None:
+        """Switch to ``mode`` (see the class docstring)."""
+        assert mode in ("pass", "delay", "stall", "reset", "down"), mode
+        if mode == "down" and self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if mode in ("reset", "down"):
+            self._drop_connections()
+        self.delay_s = delay_s
+        self.mode = mode
+        if mode != "down" and self._listener is None:
+            self._listen()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._listener is not None:
+            self._listener.close()
+        self._drop_connections()
+
+
+def _reset(connection: socket.socket) -> None:
+    """Close with an RST (``SO_LINGER`` 0), as a server refusing a connection it accepted does."""
+    with contextlib.suppress(OSError):
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    with contextlib.suppress(OSError):
+        connection.close()
+
+
+# --------------------------------------------------------------------------- timed calls
+class TimedWorkload(Workload):
+    """A :class:`Workload` that also times every storage call it makes (``calls``: (ended at, seconds, what))."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[float, float, str]] = []
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        begin = time.monotonic()
+        try:
+            return super()._call(what, fn)
+        finally:
+            end = time.monotonic()
+            with self._lock:
+                self.calls.append((end, end - begin, what))
+
+    def worst_call(self, begin: float = 0.0, end: float = float("inf")) -> tuple[float, str]:
+        """(seconds, name) of the slowest call that ended in ``[begin, end)``."""
+        with self._lock:
+            chosen = [(seconds, what) for at, seconds, what in self.calls if begin <= at < end]
+        return max(chosen, default=(0.0, ""))
+
+
+#: One row per (backend, fault) measured by the deadline tests, for the table in docs/reliability.md.
+FAULT_ROWS: list[dict[str, Any]] = []
+
+
+def record_fault_row(
+    backend: str, fault: str, *, deadline_s: float, workload: TimedWorkload, recovery_s: float | None, **extra: Any
+) -> dict[str, Any]:
+    """Keep the figures of one fault phase: worst call against the deadline, wrong pages, recovery."""
+    worst, what = workload.worst_call()
+    row = {
+        "backend": backend,
+        "fault": fault,
+        "deadline_s": deadline_s,
+        "worst_call_s": round(worst, 4),
+        "worst_call": what,
+        "over_deadline_s": round(worst - deadline_s, 4),
+        "calls": len(workload.calls),
+        "wrong_pages": workload.report.wrong_pages,
+        "recovery_s": None if recovery_s is None else round(recovery_s, 3),
+        **extra,
+    }
+    FAULT_ROWS.append(row)
+    return row
+
+
+def fault_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The markdown table of ``rows`` (as :func:`record_fault_row` keeps them)."""
+    lines = [
+        "| backend | fault | deadline | worst call | over the deadline | calls | wrong pages | recovery |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        recovery = "n/a" if row["recovery_s"] is None else f"{row['recovery_s']:.2f} s"
+        lines.append(
+            f"| {row['backend']} | {row['fault']} | {row['deadline_s']:.2f} s | {row['worst_call_s'] * 1000:.0f} ms "
+            f"({row['worst_call']}) | {row['over_deadline_s'] * 1000:+.0f} ms | {row['calls']} | "
+            f"{row['wrong_pages']} | {recovery} |"
+        )
+    return "\n".join(lines)

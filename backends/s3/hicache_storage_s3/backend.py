@@ -25,6 +25,7 @@ import boto3
 import xxhash
 from botocore.config import Config
 from botocore.exceptions import ClientError, NoCredentialsError
+from botocore.handlers import add_expect_header
 from urllib3.util import Timeout
 
 from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
@@ -313,6 +314,9 @@ def _make_client(options: S3Options, timeout_s: float) -> Any:
         s3=s3_config or None,
     )
     client = session.client("s3", endpoint_url=options.endpoint_url, config=config)
+    # botocore sends PUT bodies after an ``Expect: 100-continue`` round trip, and waits a fixed second
+    # for the 100 when the server is slow or hung: a page is small, send it with the request.
+    client.meta.events.unregister("before-call.s3", add_expect_header)
     credentials = session.get_credentials()
     frozen = credentials.get_frozen_credentials() if credentials is not None else None
     protect_secrets(
