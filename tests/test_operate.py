@@ -221,3 +221,17 @@ def test_age_purges_skip_pinned_key_spaces(tmp_path: Path) -> None:
         if r.manifest
     }
     assert left == {"system-prompts"}
+
+
+def test_health_of_a_server_that_is_down_fails_within_the_timeout(capsys: Any) -> None:
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = json.dumps({"url": f"redis://127.0.0.1:{port}/0", "resilience": {"deadline_s": 1.0, "retries": 0}})
+    begin = time.monotonic()
+    assert cli("health", "redis", "--config", config, "--timeout", "5") == 1
+    assert time.monotonic() - begin < 5.5
+    assert "unhealthy" in capsys.readouterr().out
