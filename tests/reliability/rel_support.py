@@ -17,6 +17,7 @@ import random
 import secrets
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -688,3 +689,38 @@ def fault_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['wrong_pages']} | {recovery} |"
         )
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- mounts
+def mount(*args: str) -> None:
+    """Run ``mount ARGS`` (raises when it fails)."""
+    subprocess.run(["mount", *args], check=True, capture_output=True, timeout=20)
+
+
+def umount(target: Path) -> None:
+    """Unmount ``target`` until it is no longer a mount point (a bind mount may be stacked)."""
+    for _ in range(5):
+        subprocess.run(["umount", str(target)], check=False, capture_output=True, timeout=20)
+        if not mounted(target):
+            return
+
+
+def mounted(target: Path) -> bool:
+    """Whether ``target`` is a mount point."""
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        return any(line.split()[1] == str(target) for line in mounts)
+
+
+def can_mount() -> bool:
+    """Whether this process may mount file systems (root, and mount present and working)."""
+    if os.geteuid() != 0:
+        return False
+    probe = Path(tempfile.mkdtemp(prefix="hc-rel-mount-probe-"))
+    try:
+        mount("-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe))
+    except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        umount(probe)
+        probe.rmdir()
+    return True

@@ -20,7 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rel_support import PAGE_SIZE, Workload, assert_clean, fault_phase, make_keys, make_pool, record
+from rel_support import (
+    PAGE_SIZE,
+    Workload,
+    assert_clean,
+    can_mount,
+    fault_phase,
+    make_keys,
+    make_pool,
+    mount,
+    record,
+    umount,
+)
 
 from hicache_storage import make_config
 
@@ -41,38 +52,7 @@ def open_file(path: Path, **options: Any) -> tuple[FileBackend, Any]:
     return backend, pool
 
 
-def _mount(*args: str) -> None:
-    subprocess.run(["mount", *args], check=True, capture_output=True, timeout=20)
-
-
-def _umount(target: Path) -> None:
-    """Unmount ``target`` until it is no longer a mount point (a bind mount may be stacked)."""
-    for _ in range(5):
-        subprocess.run(["umount", str(target)], check=False, capture_output=True, timeout=20)
-        if not _mounted(target):
-            return
-
-
-def _mounted(target: Path) -> bool:
-    with open("/proc/self/mounts", encoding="utf-8") as mounts:
-        return any(line.split()[1] == str(target) for line in mounts)
-
-
-def _can_mount() -> bool:
-    if os.geteuid() != 0:
-        return False
-    probe = Path(tempfile.mkdtemp(prefix="hc-rel-mount-probe-"))
-    try:
-        _mount("-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe))
-    except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired):
-        return False
-    finally:
-        _umount(probe)
-        probe.rmdir()
-    return True
-
-
-needs_mount = pytest.mark.skipif(not _can_mount(), reason="mount is not available (needs root)")
+needs_mount = pytest.mark.skipif(not can_mount(), reason="mount is not available (needs root)")
 
 
 def temp_files(root: Path) -> list[str]:
@@ -83,11 +63,11 @@ def temp_files(root: Path) -> list[str]:
 def small_fs() -> Iterator[Path]:
     """A 256 KiB tmpfs (a real full disk: writes fail with ENOSPC)."""
     target = Path(tempfile.mkdtemp(prefix="hc-rel-full-"))
-    _mount("-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(target))
+    mount("-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(target))
     try:
         yield target
     finally:
-        _umount(target)
+        umount(target)
         target.rmdir()
 
 
@@ -99,11 +79,11 @@ def test_directory_made_read_only_mid_run(tmp_path: Path) -> None:
     mounted = threading.Event()
 
     def inject() -> None:
-        _mount("--bind", str(root), str(root))
+        mount("--bind", str(root), str(root))
         mounted.set()
         for attempt in range(50):  # EBUSY while a write is open on the mount: try again
             try:
-                _mount("-o", "remount,ro,bind", str(root))
+                mount("-o", "remount,ro,bind", str(root))
                 break
             except subprocess.CalledProcessError:
                 if attempt == 49:
@@ -113,7 +93,7 @@ def test_directory_made_read_only_mid_run(tmp_path: Path) -> None:
             (root / "probe").write_bytes(b"x")  # root cannot write either: the fault is real
 
     def restore() -> None:
-        _umount(root)
+        umount(root)
         mounted.clear()
 
     try:
@@ -122,7 +102,7 @@ def test_directory_made_read_only_mid_run(tmp_path: Path) -> None:
         )
     finally:
         if mounted.is_set():
-            _umount(root)
+            umount(root)
         stats = backend.get_stats()
         backend.close()
     assert_clean(workload)

@@ -284,6 +284,8 @@ class FsspecBackend(HiCacheStorage):
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         want = HEADER_SIZE + context.page_bytes
         paths = [self.path_for(key) for key in keys]
+        if self._local is not None:
+            return [self._local.exists(path, want) for path in paths]
         if self._async:
             outcomes = self._gather(self.fs._info, paths)
         else:

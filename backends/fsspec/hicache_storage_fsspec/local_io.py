@@ -54,6 +54,15 @@ class LocalPageFiles:
                 os.unlink(temp)
             raise
 
+    @staticmethod
+    def exists(path: str, size: int) -> bool:
+        """Whether ``path`` is a regular file (not a link to one) of ``size`` bytes."""
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        return stat.S_ISREG(info.st_mode) and info.st_size == size
+
     def read(self, path: str, key: str, page: Sequence[memoryview]) -> bool | None:
         """Fill ``page`` from ``path`` (the record of ``key``): ``True`` ok, ``None`` missing, ``False`` a
         bad record or something other than a regular file."""
