@@ -74,7 +74,9 @@ class S3Backend(HiCacheStorage):
         return RawS3.from_config(config)
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
-        check_secret_types(dict(getattr(config, "extra_config", None) or {}))
+        extra = getattr(config, "extra_config", None)
+        if isinstance(extra, dict):  # anything else is refused by the base class, naming extra_config
+            check_secret_types(extra)
         super().__init__(config)
         options: S3Options = self.options
         self.timeout_s = options.timeout_s or self.io_timeout_s
