@@ -7,9 +7,11 @@ for the default user and two ACL users: one over every key, one restricted to ``
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -22,7 +24,10 @@ import redis
 from rel_support import (
     HOST,
     PAGE_SIZE,
+    TimedWorkload,
     TlsFiles,
+    assert_clean,
+    fault_phase,
     fill_page,
     free_ports,
     make_certs,
@@ -30,6 +35,7 @@ from rel_support import (
     make_pool,
     page_content,
     read_page,
+    record_fault_row,
     round_trip_ok,
     scramble_pages,
 )
@@ -266,7 +272,7 @@ def test_round_trip_byte_exact_across_all_nodes(tls_cluster: TlsCluster) -> None
         holders: dict[str, int] = {}
         for node in raw.get_primaries():
             found = raw.keys(f"{backend.key_prefix}*", target_nodes=node)
-            holders[node.name] = len(found)
+            holders[node.name] = len([key for key in found if b"._manifest." not in key])  # pages only
         assert sum(holders.values()) == len(keys), holders
         assert len(holders) == 3 and all(holders.values()), f"keys not spread over all three nodes: {holders}"
         for key in keys[:: len(keys) // 6]:
@@ -427,3 +433,41 @@ def test_acl_key_pattern_restricts_user_to_its_prefix(
             backend.clear()
         for backend in (inside, owner, outside):
             backend.close()
+
+
+# --------------------------------------------------------------------------- a hung TLS node
+def test_hung_tls_node_costs_at_most_the_deadline(tls_cluster: TlsCluster) -> None:
+    """One TLS node stopped (``SIGSTOP``) mid-run: every call returns within its deadline + 100 ms,
+    only that node's pages fail, nothing wrong is served, and the node serves again once resumed."""
+    deadline = 0.5
+    resilience = {"deadline_s": deadline, "retries": 1, "breaker_threshold": 0}
+    backend = open_backend(tls_cluster, username=USER, password=PASSWORD, resilience=resilience)
+    port = tls_cluster.ports[1]
+    pid = tls_cluster.processes[port].pid
+    workload = TimedWorkload(backend, backend.mem_pool_host, batch=12, universe=96)
+    try:
+        timings = fault_phase(
+            workload,
+            healthy_s=0.6,
+            inject=lambda: os.kill(pid, signal.SIGSTOP),
+            outage_s=1.5,
+            restore=lambda: os.kill(pid, signal.SIGCONT),
+            recover_timeout_s=30,
+        )
+        node_faults = backend.stats.get("node_faults")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        backend.clear()
+        backend.close()
+        tls_cluster.wait_state("ok")
+    row = record_fault_row(
+        "redis-cluster (TLS)",
+        "node hung (SIGSTOP)",
+        deadline_s=deadline,
+        workload=workload,
+        recovery_s=timings["recovery_s"],
+    )
+    assert_clean(workload)
+    assert node_faults > 0 and timings["hits_before"]
+    assert row["worst_call_s"] <= deadline + 0.1, row
+    assert timings["recovery_s"] is not None
