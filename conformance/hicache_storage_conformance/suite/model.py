@@ -41,7 +41,7 @@ def _machine(harness: Harness) -> type[RuleBasedStateMachine]:
                 want = "a miss (never written, or deleted)" if expected is None else f"version {expected} of the key"
                 if expected is None or data != self.handle.content(self.keys[index], expected):
                     got = describe_page(data, self.keys[index], expected, others=self.keys)
-                    raise Mismatch(f"{how} of key {index}", want, got, rule=rule)
+                    raise Mismatch(f"{how}, key {index}", want, got, rule=rule)
 
         def _stats(self) -> str:
             """The backend's statistics, for a failure message (empty when it has none)."""
@@ -63,7 +63,7 @@ def _machine(harness: Harness) -> type[RuleBasedStateMachine]:
             for index in unique:
                 self.model[index] = self.version
             # an acknowledged write is readable at once (the last write wins)
-            self._check(unique, self.handle.fetch(keys), "reading keys right after writing them")
+            self._check(unique, self.handle.fetch(keys), "reading the keys right after writing them")
 
         @rule(picked=indices, v0=st.booleans())
         def read(self, picked: list[int], v0: bool) -> None:

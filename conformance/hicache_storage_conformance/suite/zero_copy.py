@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .. import skips
 from ..checks import SENTINEL, check, check_equal
 from ..faultkit import interpose
 from ..harness import Handle, Harness
@@ -86,6 +87,15 @@ class ZeroCopyTests:
         harness.require_v1()
         return harness.open(SPEC)
 
+    def _stored_or_skip(self, harness: Harness, handle: Handle, done: list[bool], what: str) -> None:
+        if harness.caps.may_evict and not all(done):
+            harness.skip(
+                skips.UNOBSERVED,
+                f"{what}: the evicting backend did not store pages of {_kib(handle.page_bytes)} (capacity too small?)",
+                f"configure a capacity of at least {PAGES + 2} pages of {_kib(handle.page_bytes)}",
+            )
+        check_equal(done, [True] * len(done), what)
+
     def test_zero_copy_buffers_are_pool_memory(self, harness: Harness) -> None:
         """v1 calls hand the primitives views of the host pool's own memory, not copies."""
         handle = self._zero_copy_handle(harness)
@@ -96,7 +106,9 @@ class ZeroCopyTests:
         keys = harness.keys(PAGES)
         seen: list[tuple[str, int | None, int]] = []
         with _recording(handle.backend, seen):
-            check_equal(handle.set_v1(keys, 1, slots=range(PAGES)), [True] * PAGES, f"batch_set_v1 of {PAGES} pages")
+            self._stored_or_skip(
+                harness, handle, handle.set_v1(keys, 1, slots=range(PAGES)), f"batch_set_v1 of {PAGES}"
+            )
             handle.check_pages(handle.get_v1(keys, slots=range(8, 8 + PAGES)), keys, 1, f"batch_get_v1 of {PAGES}")
         check(bool(seen), "recording the page buffers of write_pages/read_pages", "some segments", "none")
         outside = [(name, address) for name, address, size in seen if address is None or not low <= address < high]
@@ -109,11 +121,12 @@ class ZeroCopyTests:
         )
 
     def test_zero_copy_no_page_sized_copies(self, harness: Harness) -> None:
-        """v1 writes and reads allocate no page-sized intermediate buffer: reads land in the caller's page memory."""
+        """v1 writes and reads allocate no page-sized intermediate buffer: reads land in the caller's page memory
+        (for a backend that may evict, only reads are measured)."""
         handle = self._zero_copy_handle(harness)
         backend, pool = handle.backend, handle.pool
         warm = harness.keys(2)
-        check_equal(handle.set_v1(warm, 1), [True, True], "a warm-up batch_set_v1")
+        self._stored_or_skip(harness, handle, handle.set_v1(warm, 1), "a warm-up batch_set_v1")
         handle.get_v1(warm)
         keys = harness.keys(PAGES)
         for slot, key in enumerate(keys):
@@ -121,9 +134,9 @@ class ZeroCopyTests:
         page = handle.page_bytes
         limit = page // 2
         written, spent = _transient(lambda: backend.batch_set_v1(keys, host_indices(pool, range(PAGES))))
-        check_equal(written, [True] * PAGES, f"batch_set_v1 of {PAGES} pages of {_kib(page)}")
-        check(
-            spent < limit,
+        self._stored_or_skip(harness, handle, written, f"batch_set_v1 of {PAGES} pages of {_kib(page)}")
+        check(  # an evicting store frees old records while it writes: only its reads are measured
+            spent < limit or harness.caps.may_evict,
             f"transient allocations during batch_set_v1 of {PAGES} pages of {_kib(page)}",
             f"less than half a page ({_kib(limit)}) above the memory in use before and after",
             f"a peak {_kib(spent)} above it: the backend copies pages through an intermediate buffer",
