@@ -220,6 +220,10 @@ def parse_record_header(header: Buffer, expected_length: int | None = None) -> R
         raise PageRecordError(f"bad magic {bytes(magic)!r}")
     if version != RECORD_VERSION:
         raise PageRecordError(f"record version {version}, expected {RECORD_VERSION}")
+    if flags & ~FLAG_AUTHENTICATED or _reserved:
+        raise PageRecordError(f"unknown flags {flags:#x} or reserved bits {_reserved:#x}")
+    if not flags & FLAG_AUTHENTICATED and tag != _NO_TAG:
+        raise PageRecordError("a tag in a record not flagged as authenticated")
     if expected_length is not None and length != expected_length:
         raise PageRecordError(f"payload length {length}, expected {expected_length}")
     return RecordHeader(int(length), int(digest), int(flags), stored_key, tag, head[:_SIGNED])

@@ -154,3 +154,10 @@ def test_bad_secret_options_are_config_errors(monkeypatch, options, option, mess
         record_codec(Opts(**options))
     assert info.value.option == f"extra_config.{option}"
     assert SECRET.decode() not in str(info.value) and "tiny" not in str(info.value)
+
+
+@pytest.mark.parametrize(("offset", "what"), [(5, "flags"), (6, "reserved"), (50, "tag")])
+def test_stray_header_bits_are_declined(offset, what):
+    record = bytearray(encode_record([b"abcd"], "k"))
+    record[offset] ^= 0x02
+    assert not decode_into(bytes(record), [memoryview(bytearray(4))], "k"), what

@@ -119,3 +119,78 @@ def test_mooncake_concurrent_overwrite_and_read_serve_right_bytes(services: Priv
     assert hits > 0
     for workload in workloads:
         assert_clean(workload)
+
+
+def _mooncake_writer(ports: list[int], where: tuple[str, str], version: int, events: tuple[Any, Any]) -> None:
+    """Child process: its own Mooncake client writes ``version`` of the shared keys for 2.5 s."""
+    ready, go = events
+    salt, prefix = where
+    seconds = 2.5
+    backend, pool = _open_with_ports(ports, prefix)
+    workload = Workload(backend, pool, batch=8, universe=32, salt=salt, versions=(version,), seed=version)
+    ready.set()
+    go.wait(30)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        start = workload._rng.randrange(0, 24)
+        workload._write(workload.keys[start : start + 8])
+    backend.close()
+    if workload.report.exceptions or pool.used_pages:
+        raise SystemExit(f"writer {version}: {workload.report.exceptions[:3]}")
+
+
+def _open_with_ports(ports: list[int], prefix: str) -> tuple[MooncakeBackend, Any]:
+    pool = make_pool()
+    extra = {
+        "master_server_address": f"{HOST}:{ports[0]}",
+        "metadata_server": f"http://{HOST}:{ports[1]}/metadata",
+        "global_segment_size": 0,
+        "local_buffer_size": 16 << 20,
+        "setup_retries": 1,
+        "key_prefix": prefix,
+        "resilience": RESILIENCE,
+    }
+    backend = MooncakeBackend(make_config("rel-model", extra_config=extra))
+    backend.register_mem_pool_host(pool)
+    return backend, pool
+
+
+def test_mooncake_two_processes_write_the_same_keys(services: PrivateServices) -> None:
+    """Two processes (two clients) write different versions of the same 32 keys while a third reads:
+    every hit is one whole version of its own key."""
+    import multiprocessing
+
+    services.ctl("start", "mooncake")
+    salt = f"mc-shared-{secrets.token_hex(3)}"
+    prefix = f"two{secrets.token_hex(3)}/"
+    context = multiprocessing.get_context("spawn")
+    ready = [context.Event(), context.Event()]
+    go = context.Event()
+    ports = list(services.mooncake_ports)
+    writers = [
+        context.Process(target=_mooncake_writer, args=(ports, (salt, prefix), version, (ready[i], go)))
+        for i, version in enumerate((1, 2))
+    ]
+    for process in writers:
+        process.start()
+    backend, pool = _open_with_ports(ports, prefix)
+    reader = Workload(backend, pool, batch=8, universe=32, salt=salt, versions=(1, 2))
+    try:
+        for event in ready:
+            assert event.wait(60), "writer process did not start"
+        go.set()
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            start = reader._rng.randrange(0, 24)
+            reader._read(reader.keys[start : start + 8])
+        for process in writers:
+            process.join(60)
+            assert process.exitcode == 0
+    finally:
+        for process in writers:
+            if process.is_alive():
+                process.kill()
+        backend.close()
+    assert_clean(reader)
+    record("mooncake.two_writers.verified_hits", reader.report.hits)
+    record("mooncake.two_writers.misses", reader.report.misses)

@@ -45,7 +45,8 @@ def test_redis_killed_mid_run_and_restarted(services: PrivateServices) -> None:
     assert_clean(workload)
     assert timings["hits_before"], "the workload never hit before the fault: nothing was verified"
     assert timings["failed_sets_during"], "the kill was not observed: no write failed during the outage"
-    assert stats["faults"] > 0 and stats["resilience"]["breaker"]["times_opened"] >= 1
+    breakers = stats["resilience"]["breakers"]
+    assert stats["faults"] > 0 and sum(b["times_opened"] for b in breakers.values()) >= 1
     assert timings["recovery_s"] is not None, "the backend did not serve again after redis-server restarted"
     assert timings["max_round_s_during"] < 2 * RESILIENCE["deadline_s"] * 3
     record("redis.kill.recovery_s", timings["recovery_s"])
