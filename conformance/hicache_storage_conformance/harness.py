@@ -271,7 +271,11 @@ class Harness:
         violation = self.policy.violation(self.category, kind) if self.policy is not None else None
         if violation:
             pytest.fail(f"skipped, which this run does not accept ({violation}): {reason}. To enable: {enable}")
-        pytest.skip(reason)
+        try:  # reported at the test's location rather than this line's
+            skipped = pytest.skip.Exception(reason, _use_item_location=True)
+        except TypeError:  # pragma: no cover - a pytest without the keyword
+            pytest.skip(reason)
+        raise skipped
 
     def require(self, capability: str) -> None:
         """Skip unless ``capability`` is declared (or overridden) true."""
