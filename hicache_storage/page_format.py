@@ -12,8 +12,8 @@ offset   size  field
 8        8     payload length (u64)
 16       8     XXH3-64 of the payload (u64)
 24       16    key digest: BLAKE2b-128 of the storage key the record was written under
-40       16    tag: keyed BLAKE2b-128 over bytes 0..39, the storage key and the payload (zeros
-               when the writer had no secret)
+40       16    tag: HMAC-SHA256 (first 16 bytes) over bytes 0..39, the storage key and the
+               payload (zeros when the writer had no secret)
 =======  ====  =========================================================================
 
 A record is bound to its key: read under any other key it is a miss (the key digest differs),
@@ -115,8 +115,9 @@ class RecordCodec:
     """Builds and checks the records of one backend instance: bound to keys, optionally authenticated.
 
     ``RecordCodec()`` binds records to keys only; ``RecordCodec(secret)`` also tags every record
-    with a keyed BLAKE2b and accepts only records carrying a valid tag. The secret never appears
-    in ``repr`` or in any error message.
+    with an HMAC-SHA256 (SHA-256 runs on the CPU's SHA instructions where it has them: about twice
+    the speed of keyed BLAKE2b here) and accepts only records carrying a valid tag. The secret never
+    appears in ``repr`` or in any error message.
     """
 
     __slots__ = ("_mac_key",)
@@ -124,10 +125,7 @@ class RecordCodec:
     def __init__(self, secret: bytes | None = None) -> None:
         if secret is not None and len(secret) < MIN_SECRET_BYTES:
             raise ValueError(f"an integrity secret needs at least {MIN_SECRET_BYTES} bytes")
-        # BLAKE2b takes keys of up to 64 bytes: any secret is first condensed to one.
-        self._mac_key = (
-            hashlib.blake2b(secret, digest_size=64, person=b"hckv2-secret").digest() if secret is not None else None
-        )
+        self._mac_key = bytes(secret) if secret is not None else None
 
     @property
     def authenticated(self) -> bool:
@@ -140,13 +138,13 @@ class RecordCodec:
     # ------------------------------------------------------------ writing
     def _tag(self, signed: Buffer, key: bytes, segments: Sequence[Buffer]) -> bytes:
         assert self._mac_key is not None
-        mac = hashlib.blake2b(key=self._mac_key, digest_size=_DIGEST_BYTES, person=_TAG_PERSON)
+        mac = hmac.new(self._mac_key, _TAG_PERSON, "sha256")
         mac.update(signed)
         mac.update(struct.pack("<I", len(key)))
         mac.update(key)
         for segment in segments:
             mac.update(segment)
-        return mac.digest()
+        return mac.digest()[:_DIGEST_BYTES]
 
     def header(self, key: str | bytes, segments: Sequence[Buffer]) -> bytes:
         """Header of the record of ``segments`` stored under ``key`` (checksummed without joining them)."""
