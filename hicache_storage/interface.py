@@ -17,7 +17,7 @@ Two faces, as an HTTP client is separate from its transport:
     a missing page or one failing its checks.
   - ``pages_exist(keys, context) -> list[bool]``: one bool per key.
 
-  Optional: ``delete_pages(keys, context)``, ``clear_pages()``, ``release()``,
+  Optional: ``delete_pages(keys, context)``, ``clear_pages(prefixes)``, ``list_stored``, ``release()``,
   ``on_register_pool(pool, keyspace)`` and the classmethod ``capabilities_for(options)``.
 
 Validation, key mapping, batching to ``max_batch_size``, fault handling (an exception in a
