@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ConfigError
@@ -135,3 +137,17 @@ def option_help(options_cls: type[Any]) -> list[tuple[str, str, str]]:
             default = "required"
         rows.append((field.name, _describe(hints.get(field.name, Any)), default))
     return rows
+
+
+def resolve_directory(path: str | None, env_name: str, option: str = "extra_config.path") -> Path:
+    """A backend's storage directory from ``path`` or the environment variable ``env_name``.
+
+    Raises :class:`ConfigError` naming ``option`` when neither is given or the path is not a directory.
+    """
+    raw = path if path is not None else os.environ.get(env_name, "")
+    if not raw.strip():
+        raise ConfigError(option, f"required: give a directory in {option} or set the {env_name} environment variable")
+    root = Path(raw).expanduser()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(option, f"{str(root)!r} exists and is not a directory")
+    return root

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_storage import ConfigError
+from hicache_storage.options import resolve_directory
 from hicache_storage.page_format import IntegrityOptions
 
 __all__ = ["MAX_FANOUT_LEVELS", "PATH_ENV", "FileOptions", "resolve_root"]
@@ -53,13 +53,4 @@ class FileOptions(IntegrityOptions):
 
 def resolve_root(options: FileOptions) -> Path:
     """The storage root from ``options.path`` or ``$HICACHE_FILE_PATH``; :class:`ConfigError` if neither."""
-    raw = options.path if options.path is not None else os.environ.get(PATH_ENV, "")
-    if not raw.strip():
-        raise ConfigError(
-            "extra_config.path",
-            f"required: give a directory in extra_config.path or set the {PATH_ENV} environment variable",
-        )
-    root = Path(raw).expanduser()
-    if root.exists() and not root.is_dir():
-        raise ConfigError("extra_config.path", f"{str(root)!r} exists and is not a directory")
-    return root
+    return resolve_directory(options.path, PATH_ENV)

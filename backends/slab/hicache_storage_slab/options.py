@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_storage import ConfigError
+from hicache_storage.options import resolve_directory
 
 __all__ = ["MAX_WAYS", "PATH_ENV", "SlabOptions", "resolve_root"]
 
@@ -70,13 +70,4 @@ def _check_size(option: str, value: int) -> None:
 
 def resolve_root(options: SlabOptions) -> Path:
     """The slab directory from ``options.path`` or ``$HICACHE_SLAB_PATH``; :class:`ConfigError` if neither."""
-    raw = options.path if options.path is not None else os.environ.get(PATH_ENV, "")
-    if not raw.strip():
-        raise ConfigError(
-            "extra_config.path",
-            f"required: give a directory in extra_config.path or set the {PATH_ENV} environment variable",
-        )
-    root = Path(raw).expanduser()
-    if root.exists() and not root.is_dir():
-        raise ConfigError("extra_config.path", f"{str(root)!r} exists and is not a directory")
-    return root
+    return resolve_directory(options.path, PATH_ENV)
