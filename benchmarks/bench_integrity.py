@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from hicache_storage.page_format import RecordCodec, checksum
+from hicache_storage.plugin.page_format import RecordCodec, checksum
 
 PAGE_BYTES = 512 << 10
 _V1 = struct.Struct("<4sBBHQQ")

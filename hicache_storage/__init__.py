@@ -5,6 +5,7 @@ from __future__ import annotations
 from .batch_context import BatchContext
 from .capabilities import Capabilities
 from .config import HiCacheStorageConfig, HiCacheStorageExtraInfo, make_config
+from .contract import API_VERSION, HiCacheStorage, PageBuffers, UnsupportedOperation
 from .errors import (
     ApiVersionError,
     BackendFault,
@@ -15,7 +16,6 @@ from .errors import (
     InvalidRequestError,
 )
 from .host_pool import HostKVPool
-from .interface import API_VERSION, HiCacheStorage, PageBuffers, UnsupportedOperation
 from .keys import KeySpace, page_hashes, storage_namespace_seed
 from .pools import PoolHitPolicy, PoolName, PoolTransfer, PoolTransferResult, count_pool_hits
 from .registry import available_backends, load_backend, register_backend

@@ -20,10 +20,22 @@ from typing import Any, TypeVar
 
 from .errors import ConfigError
 
-__all__ = ["ALLOW_NONFINITE", "INT64_MAX", "NoOptions", "check_number", "parse_options", "option_help"]
+__all__ = [
+    "ALLOW_NONFINITE",
+    "INT64_MAX",
+    "SECRET",
+    "NoOptions",
+    "check_number",
+    "option_help",
+    "parse_options",
+    "secret_option",
+    "secret_option_names",
+]
 
 #: Field metadata key that lets a float option take ``NaN`` or an infinity.
 ALLOW_NONFINITE = "allow_nonfinite"
+#: Field metadata key of an option whose value never appears in an error message (see :func:`secret_option`).
+SECRET = "secret"
 #: Largest magnitude of an int option (values reach C libraries and wire protocols as 64-bit ints).
 INT64_MAX = 2**63 - 1
 
@@ -33,6 +45,20 @@ T = TypeVar("T")
 @dataclasses.dataclass(frozen=True)
 class NoOptions:
     """Options class of a backend that takes none."""
+
+
+def secret_option(default: Any = None) -> Any:
+    """A dataclass field for a credential (password, key, URL with user-info).
+
+    :func:`parse_options` checks its type like any other option's but never echoes the value in
+    an error; :func:`secret_option_names` lists such fields for a backend's ``__repr__``.
+    """
+    return dataclasses.field(default=default, metadata={SECRET: True})
+
+
+def secret_option_names(options_cls: type[Any]) -> tuple[str, ...]:
+    """Names of the fields of ``options_cls`` declared with :func:`secret_option`."""
+    return tuple(f.name for f in dataclasses.fields(options_cls) if f.metadata.get(SECRET))
 
 
 def _accepts(annotation: Any, value: Any) -> bool:
@@ -82,9 +108,10 @@ def parse_options(options_cls: type[T], values: Mapping[str, Any], *, prefix: st
         value = values[name]
         annotation = hints.get(name, Any)
         if not _accepts(annotation, value):
+            shown = "(value not shown)" if field.metadata.get(SECRET) else repr(value)
             raise ConfigError(
                 f"{prefix}.{name}",
-                f"expected {_describe(annotation)}, got {type(value).__name__} {value!r}",
+                f"expected {_describe(annotation)}, got {type(value).__name__} {shown}",
             )
         check_number(f"{prefix}.{name}", value, allow_nonfinite=bool(field.metadata.get(ALLOW_NONFINITE)))
     kwargs = {name: (_as_float(v) if _wants_float(hints.get(name)) else v) for name, v in values.items()}

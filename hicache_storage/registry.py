@@ -15,8 +15,8 @@ from typing import Any
 
 from .capabilities import Capabilities
 from .config import HiCacheStorageConfig
+from .contract import API_VERSION, HiCacheStorage
 from .errors import ApiVersionError, BackendLoadError
-from .interface import API_VERSION, HiCacheStorage
 
 __all__ = [
     "ENTRY_POINT_GROUP",

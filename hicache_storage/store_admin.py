@@ -20,7 +20,7 @@ from .keys import KeySpace
 from .listing import MANIFEST_BYTES, MANIFEST_KEY, KeySpaceManifest, PageListing, StoredPage
 
 if TYPE_CHECKING:
-    from .interface import HiCacheStorage
+    from .storage_core import StorageCore as HiCacheStorage
 
 __all__ = ["MANIFEST_REFRESH_S", "ManifestKeeper", "delete_stored", "iter_pages", "list_pages", "read_manifest"]
 
@@ -33,7 +33,7 @@ _PREFIX = re.compile(r"(hc[0-9]+-[0-9a-f]{20}\.)?")
 
 def _require(storage: HiCacheStorage, capability: str) -> None:
     if not getattr(storage.capabilities, capability):
-        from .interface import UnsupportedOperation
+        from .contract import UnsupportedOperation
 
         raise UnsupportedOperation(f"{type(storage).__name__} does not declare {capability}")
 

@@ -10,8 +10,8 @@ import torch
 
 from hicache_storage import Capabilities, HiCacheStorage, HostKVPool
 from hicache_storage.batch_context import BatchContext
-from hicache_storage.interface import PageBuffers
-from hicache_storage.page_format import decode_into, encode_record
+from hicache_storage.contract import PageBuffers
+from hicache_storage.plugin.page_format import decode_into, encode_record
 
 
 class MemoryBackend(HiCacheStorage):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_storage.commands import build_parser
+from hicache_storage.cli.commands import build_parser
 from hicache_storage.config import SDK_OPTION_NAMES
 from hicache_storage.errors import BackendLoadError
 from hicache_storage.integrations.sglang import LOADER_KEYS

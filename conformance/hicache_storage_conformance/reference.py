@@ -1,6 +1,6 @@
 """A small in-memory reference backend: the suite's own yardstick and a worked example of the contract.
 
-Pages are stored as :mod:`hicache_storage.page_format` records in a process-wide dict chosen by the
+Pages are stored as :mod:`hicache_storage.plugin.page_format` records in a process-wide dict chosen by the
 ``store`` option, so instances on the same store share pages (and outlive ``close()``). It offers
 the suite's duck-typed side channel: ``raw_store()`` and ``set_available(flag)``.
 Run it with ``hicache-storage conformance hicache_storage_conformance.reference:MemoryBackend``.
@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from hicache_storage import BackendFault, Capabilities, ConfigError, HiCacheStorage
 from hicache_storage.batch_context import BatchContext
-from hicache_storage.page_format import decode_into, encode_record
+from hicache_storage.plugin.page_format import decode_into, encode_record
 
 __all__ = ["MemoryBackend"]
 

@@ -35,8 +35,8 @@ from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..config import HiCacheStorageConfig
+from ..contract import HiCacheStorage
 from ..errors import ConfigError, InvalidRequestError
-from ..interface import HiCacheStorage
 from ..page_buffers import pool_page_bytes
 from ..pools import PoolName, PoolTransferResult, pool_name_str
 from ..registry import load_backend

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..config import HiCacheStorageConfig, make_config
+from ..contract import HiCacheStorage
 from ..errors import ConfigError
 from ..host_pool import HostKVPool
-from ..interface import HiCacheStorage
 from .backup import BackupStage
 from .buffer_cache import BufferPageCache
 from .components import Component, KVComponent, PoolSet

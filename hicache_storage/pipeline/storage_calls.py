@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..interface import HiCacheStorage
+from ..contract import HiCacheStorage
 from ..pools import PoolHitPolicy, PoolName, PoolTransfer, pool_name_str
 from .staging import token_indices
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..interface import HiCacheStorage
+from ..contract import HiCacheStorage
 from ..pipeline import BufferOnlyPipeline, DeviceKVPool, PipelineConfig, PrefetchRequest, PrefetchState, Span
 from ..pipeline.components import Component, PoolSet
 from ..pipeline.device_pool import pages_to_tokens

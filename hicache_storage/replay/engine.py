@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import make_config
+from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
-from ..interface import HiCacheStorage
 from ..pipeline.device_pool import DeviceKVPool
 from ..registry import load_backend
 from .buffer_tier import BufferOnlyTier

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
-from ..interface import HiCacheStorage
 from ..pipeline.components import Component
 from ..pipeline.storage_calls import LookupPool, MultiPoolCalls, PoolPart
 from .kvdata import PageView, copy_pages, matching_prefix

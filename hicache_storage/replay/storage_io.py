@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..interface import HiCacheStorage
+from ..contract import HiCacheStorage
 
 __all__ = ["STORAGE_BATCH", "StorageIO", "io_seconds", "io_summary", "is_modelled"]
 

@@ -11,9 +11,9 @@ import torch
 
 from hicache_storage import HiCacheStorage, load_backend, make_config, page_hashes
 from hicache_storage.batch_context import BatchContext
-from hicache_storage.interface import PageBuffers
-from hicache_storage.page_format import decode_into, encode_record
+from hicache_storage.contract import PageBuffers
 from hicache_storage.pipeline import BufferOnlyPipeline, DeviceKVPool, PipelineConfig, Span
+from hicache_storage.plugin.page_format import decode_into, encode_record
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 PAGE_SIZE = 4

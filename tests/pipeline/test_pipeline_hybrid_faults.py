@@ -10,8 +10,8 @@ from hybrid_support import assert_admitted, free_engine, hybrid_span, make_hybri
 from pipeline_support import PAGE_SIZE, ScriptedBackend, chain, sim_backend
 
 from hicache_storage.batch_context import BatchContext
+from hicache_storage.contract import PageBuffers
 from hicache_storage.errors import InvalidRequestError
-from hicache_storage.interface import PageBuffers
 from hicache_storage.pipeline import BackupDecision, BufferOnlyPipeline, PrefetchRequest, PrefetchState
 
 

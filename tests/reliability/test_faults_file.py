@@ -36,7 +36,7 @@ from rel_support import (
 )
 
 from hicache_storage import make_config
-from hicache_storage.page_format import HEADER_SIZE
+from hicache_storage.plugin.page_format import HEADER_SIZE
 
 pytest.importorskip("hicache_storage_file")
 from hicache_storage_file import FileBackend

@@ -35,7 +35,7 @@ from rel_support import (
 )
 
 from hicache_storage import ConfigError, HiCacheStorage, UnsupportedOperation, load_backend, make_config
-from hicache_storage.page_format import encode_record
+from hicache_storage.plugin.page_format import encode_record
 
 pytestmark = pytest.mark.timeout(120)
 

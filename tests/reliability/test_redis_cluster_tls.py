@@ -41,7 +41,7 @@ from rel_support import (
 )
 
 from hicache_storage import ConfigError, HiCacheStorage, load_backend, make_config
-from hicache_storage.page_format import HEADER_SIZE
+from hicache_storage.plugin.page_format import HEADER_SIZE
 
 pytest.importorskip("hicache_storage_redis")
 from hicache_storage_conformance import BackendConformance

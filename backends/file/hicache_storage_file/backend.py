@@ -1,6 +1,6 @@
 """The file backend: one checksummed page file per storage key, published atomically.
 
-A page file is the payload followed by the 24-byte :mod:`hicache_storage.page_format` header as a
+A page file is the payload followed by the 24-byte :mod:`hicache_storage.plugin.page_format` header as a
 trailer (magic, version, payload length, XXH3-64), so the payload starts at file offset 0: the
 kernel copies page-cache pages to host memory at the same alignment as a plain file would.
 
@@ -34,8 +34,8 @@ from hicache_storage import (
 )
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.listing import StoredPage
-from hicache_storage.page_format import HEADER_SIZE, PageRecordError, record_codec
-from hicache_storage.vectored_io import preadv_all, writev_all
+from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
+from hicache_storage.plugin.vectored_io import preadv_all, writev_all
 
 from .eviction import ChainEviction
 from .layout import PageLayout

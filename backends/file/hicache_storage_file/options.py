@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hicache_storage import ConfigError
 from hicache_storage.options import resolve_directory
-from hicache_storage.page_format import IntegrityOptions
+from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["MAX_FANOUT_LEVELS", "PATH_ENV", "FileOptions", "resolve_root"]
 
@@ -27,7 +27,7 @@ class FileOptions(IntegrityOptions):
     thread only); ``read_only``: serve reads from a root this process may not write (writes return
     ``False`` without trying, counted as ``read_only_writes_refused``; no delete or clear);
     ``integrity_secret_env`` / ``integrity_secret_file``: where the secret that authenticates page
-    records is (see :class:`~hicache_storage.page_format.IntegrityOptions`)."""
+    records is (see :class:`~hicache_storage.plugin.page_format.IntegrityOptions`)."""
 
     path: str | None = None
     fanout_levels: int = 2

@@ -21,7 +21,7 @@ def _segments(page: Page) -> Sequence[memoryview]:
 
 
 class RawFiles:
-    """Raw file I/O under ``directory`` (created if missing); satisfies ``hicache_storage.bench.RawClient``."""
+    """Raw file I/O under ``directory`` (created if missing); satisfies ``hicache_storage.cli.bench.RawClient``."""
 
     def __init__(self, directory: Path, fsync: bool = False) -> None:
         self.directory = Path(directory)

@@ -11,7 +11,7 @@ from hicache_storage_file import FileBackend
 from hicache_storage_file.eviction import ChainEviction, WriteOrderEviction
 
 from hicache_storage import HiCacheStorageExtraInfo, HostKVPool, make_config, page_hashes
-from hicache_storage.page_format import HEADER_SIZE
+from hicache_storage.plugin.page_format import HEADER_SIZE
 
 PAGE_SIZE = 4
 

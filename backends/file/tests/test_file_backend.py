@@ -16,7 +16,7 @@ from hicache_storage_file.layout import PageLayout
 
 from hicache_storage import ConfigError, HostKVPool, load_backend, make_config
 from hicache_storage import testing as kit
-from hicache_storage.page_format import HEADER_SIZE, MAGIC, encode_header, encode_record
+from hicache_storage.plugin.page_format import HEADER_SIZE, MAGIC, encode_header, encode_record
 
 LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
 DTYPES = ["bfloat16", "float16", "float8_e4m3fn"]

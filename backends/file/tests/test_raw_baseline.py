@@ -7,7 +7,7 @@ from hicache_storage_file import FileBackend
 from hicache_storage_file.raw_baseline import RawFiles
 
 from hicache_storage import make_config
-from hicache_storage.commands import run
+from hicache_storage.cli.commands import run
 
 
 def test_raw_files_round_trip_and_misses(tmp_path: Path) -> None:

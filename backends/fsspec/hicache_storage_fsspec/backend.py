@@ -31,7 +31,7 @@ from fsspec.implementations.local import LocalFileSystem
 from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.listing import StoredPage, page_after
-from hicache_storage.page_format import HEADER_SIZE, record_codec
+from hicache_storage.plugin.page_format import HEADER_SIZE, record_codec
 from hicache_storage.resilience import current_deadline
 
 from .local_io import TEMP_SUFFIX, LocalPageFiles

@@ -13,8 +13,8 @@ import secrets
 import stat
 from collections.abc import Sequence
 
-from hicache_storage.page_format import HEADER_SIZE, PageRecordError, RecordCodec
-from hicache_storage.vectored_io import writev_all
+from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, RecordCodec
+from hicache_storage.plugin.vectored_io import writev_all
 
 __all__ = ["LocalPageFiles", "TEMP_SUFFIX"]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hicache_storage import ConfigError
-from hicache_storage.page_format import IntegrityOptions
+from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["SECRET_STORAGE_OPTIONS", "FsspecOptions", "redact_url", "redacted_storage_options"]
 
@@ -48,7 +48,7 @@ class FsspecOptions(IntegrityOptions):
     s3fs when ``storage_options`` sets none (``None`` = the resilience deadline);
     ``check_bucket``: for ``s3://``, check at construction that the credentials may access the bucket;
     ``integrity_secret_env`` / ``integrity_secret_file``: authenticate the page records
-    (:class:`~hicache_storage.page_format.IntegrityOptions`).
+    (:class:`~hicache_storage.plugin.page_format.IntegrityOptions`).
     """
 
     url: str

@@ -35,7 +35,7 @@ def _flat(buffer: memoryview) -> memoryview:
 
 
 class RawFsspec:
-    """fsspec bulk calls under ``<root>/raw-baseline/``; satisfies ``hicache_storage.bench.RawClient``.
+    """fsspec bulk calls under ``<root>/raw-baseline/``; satisfies ``hicache_storage.cli.bench.RawClient``.
 
     ``close()`` removes that folder and everything in it.
     """

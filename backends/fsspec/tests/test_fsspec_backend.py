@@ -12,7 +12,7 @@ from fsspec_support import SERVICES, control, s3_storage_options
 from hicache_storage_fsspec import FsspecBackend
 
 from hicache_storage import ConfigError, load_backend, make_config
-from hicache_storage.page_format import HEADER_SIZE, encode_record
+from hicache_storage.plugin.page_format import HEADER_SIZE, encode_record
 from hicache_storage.testing import (
     FAST_RESILIENCE,
     PAGE_SIZE,

@@ -10,7 +10,7 @@ from hicache_storage_fsspec import FsspecBackend
 from hicache_storage_fsspec.raw_baseline import RawFsspec
 
 from hicache_storage import make_config
-from hicache_storage.bench import run_bench
+from hicache_storage.cli.bench import run_bench
 from hicache_storage.testing import check_raw_client
 
 pytestmark = pytest.mark.timeout(60)

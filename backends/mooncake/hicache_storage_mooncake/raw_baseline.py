@@ -44,7 +44,7 @@ def _flat(buffer: memoryview) -> memoryview:
 
 
 class RawMooncake:
-    """Mooncake batch calls through a registered staging buffer; satisfies ``hicache_storage.bench.RawClient``.
+    """Mooncake batch calls through a registered staging buffer; satisfies ``hicache_storage.cli.bench.RawClient``.
 
     Not thread-safe: one call at a time. ``close()`` removes every object this client wrote,
     unregisters the staging buffer and closes the store.

@@ -12,7 +12,7 @@ offset   size  field
 24       8     XXH3-64 of the Mooncake object key (UTF-8, ``key_prefix`` included) (u64)
 =======  ====  =========================================================================
 
-The fields are those of :mod:`hicache_storage.page_format` plus the key digest, which catches bytes
+The fields are those of :mod:`hicache_storage.plugin.page_format` plus the key digest, which catches bytes
 of another object (Mooncake reuses freed memory while a reader may still be copying from it).
 """
 

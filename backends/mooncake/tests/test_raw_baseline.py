@@ -13,7 +13,7 @@ from hicache_storage_mooncake.raw_baseline import RawMooncake
 from mooncake_support import client_options
 
 from hicache_storage import make_config
-from hicache_storage.bench import run_bench
+from hicache_storage.cli.bench import run_bench
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -26,7 +26,7 @@ from redis.exceptions import ResponseError
 from hicache_storage import Capabilities, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.listing import StoredPage
-from hicache_storage.page_format import HEADER_SIZE, PageRecordError, record_codec
+from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
 from hicache_storage.resilience import current_deadline, time_left
 
 from .client import build_client

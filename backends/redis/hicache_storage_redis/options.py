@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hicache_storage import ConfigError
-from hicache_storage.page_format import IntegrityOptions
+from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["HASH_AHEAD_MIN_CPUS", "SECRET_OPTIONS", "RedisOptions", "check_secret_types", "parse_node", "redact_url"]
 
@@ -75,7 +75,7 @@ class RedisOptions(IntegrityOptions):
     ``hash_ahead`` (checksums of later pages on a helper thread while earlier ones are sent;
     ``None`` = only when the process may run on at least :data:`HASH_AHEAD_MIN_CPUS` CPUs).
     Integrity: ``integrity_secret_env`` / ``integrity_secret_file`` authenticate the page records
-    (:class:`~hicache_storage.page_format.IntegrityOptions`).
+    (:class:`~hicache_storage.plugin.page_format.IntegrityOptions`).
     """
 
     url: str | None = None

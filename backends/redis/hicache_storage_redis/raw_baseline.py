@@ -30,7 +30,7 @@ def _flat(buffer: memoryview) -> memoryview:
 
 
 class RawRedis:
-    """redis-py pipelines under ``<key_prefix>raw-baseline/``; satisfies ``hicache_storage.bench.RawClient``.
+    """redis-py pipelines under ``<key_prefix>raw-baseline/``; satisfies ``hicache_storage.cli.bench.RawClient``.
 
     Not thread-safe: one call at a time. ``close()`` deletes every key this client wrote.
     """

@@ -9,7 +9,7 @@ over connections taken from the client's own pools:
   (``sendall`` per buffer on TLS sockets). Whenever the socket is full, the sender computes the
   record headers of the next pages instead of waiting; with a ``hasher`` executor, a worker thread
   also hashes ahead (xxhash releases the GIL), and a page nobody has reached yet is hashed by the
-  sender just before it goes out (:class:`~hicache_storage.lookahead.Lookahead`).
+  sender just before it goes out (:class:`~hicache_storage.plugin.lookahead.Lookahead`).
   The bytes on the wire are exactly those of ``SET key value [PX ms]``: one SET per page, so a
   page is visible whole.
 - reads: a bulk reply of the expected record size is received with ``recv_into`` directly into
@@ -43,9 +43,9 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from hicache_storage.lookahead import Lookahead
-from hicache_storage.page_format import HEADER_SIZE, RecordCodec, checksum
-from hicache_storage.vectored_io import byte_views, sendmsg_all
+from hicache_storage.plugin.lookahead import Lookahead
+from hicache_storage.plugin.page_format import HEADER_SIZE, RecordCodec, checksum
+from hicache_storage.plugin.vectored_io import byte_views, sendmsg_all
 
 __all__ = [
     "Budget",

@@ -12,7 +12,7 @@ from hicache_storage_redis import RedisBackend
 from hicache_storage_redis.raw_baseline import RawRedis
 
 from hicache_storage import make_config
-from hicache_storage.bench import run_bench
+from hicache_storage.cli.bench import run_bench
 from hicache_storage.testing import check_raw_client
 
 pytestmark = pytest.mark.timeout(60)

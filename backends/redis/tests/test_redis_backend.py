@@ -16,7 +16,7 @@ from hicache_storage_redis import RedisBackend
 from redis_support import control
 
 from hicache_storage import ConfigError, HostKVPool, load_backend, make_config
-from hicache_storage.page_format import HEADER_SIZE, encode_record
+from hicache_storage.plugin.page_format import HEADER_SIZE, encode_record
 from hicache_storage.testing import (
     FAST_RESILIENCE,
     PAGE_SIZE,

@@ -31,7 +31,7 @@ from urllib3.util import Timeout
 from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.listing import StoredPage
-from hicache_storage.page_format import HEADER_SIZE, PageRecordError, record_codec
+from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
 from hicache_storage.resilience import current_deadline, deadline_scope
 
 from .options import S3Options, check_secret_types

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from hicache_storage import ConfigError
-from hicache_storage.page_format import IntegrityOptions
+from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["SECRET_OPTIONS", "S3Options", "check_secret_types"]
 
@@ -39,7 +39,7 @@ class S3Options(IntegrityOptions):
     ``max_workers``: concurrent requests per batch; ``timeout_s``: connect/read timeout (``None`` =
     the resilience deadline); ``check_bucket``: verify at construction that the bucket exists;
     ``integrity_secret_env`` / ``integrity_secret_file``: authenticate the page records
-    (:class:`~hicache_storage.page_format.IntegrityOptions`).
+    (:class:`~hicache_storage.plugin.page_format.IntegrityOptions`).
     """
 
     bucket: str

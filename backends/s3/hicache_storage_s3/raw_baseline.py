@@ -38,7 +38,7 @@ def _not_found(error: ClientError) -> bool:
 
 
 class RawS3:
-    """boto3 calls under ``<prefix>/raw-baseline/``; satisfies ``hicache_storage.bench.RawClient``.
+    """boto3 calls under ``<prefix>/raw-baseline/``; satisfies ``hicache_storage.cli.bench.RawClient``.
 
     ``close()`` deletes every object this client wrote, then closes the client.
     """

@@ -11,7 +11,7 @@ from hicache_storage_s3.raw_baseline import RawS3
 from s3_support import s3_client, s3_options
 
 from hicache_storage import make_config
-from hicache_storage.bench import run_bench
+from hicache_storage.cli.bench import run_bench
 from hicache_storage.testing import check_raw_client
 
 pytestmark = pytest.mark.timeout(60)

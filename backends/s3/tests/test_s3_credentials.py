@@ -1,6 +1,6 @@
 """The s3 backend against a moto server that enforces IAM authentication (its own, on a spare port).
 
-The checks are the kit's :class:`~hicache_storage.testing_s3.S3CredentialChecks`: valid keys
+The checks are the kit's :class:`~hicache_storage.testing.s3_server.S3CredentialChecks`: valid keys
 round-trip byte-exact, refused or missing credentials are a ConfigError naming the bucket, misses
 when the check is off or a key is revoked, no secret in errors, reprs, stats or logs.
 """
@@ -14,7 +14,7 @@ import pytest
 from hicache_storage_s3 import S3Backend
 
 from hicache_storage.testing import FAST_RESILIENCE
-from hicache_storage.testing_s3 import AuthS3Server, IamKey, S3CredentialChecks
+from hicache_storage.testing.s3_server import AuthS3Server, IamKey, S3CredentialChecks
 
 pytestmark = pytest.mark.timeout(60)
 

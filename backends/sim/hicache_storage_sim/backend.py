@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.listing import StoredPage, page_after
-from hicache_storage.page_format import HEADER_SIZE, record_codec
+from hicache_storage.plugin.page_format import HEADER_SIZE, record_codec
 
 from .cost import CostModel
 from .faults import FaultInjector

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hicache_storage import ConfigError
-from hicache_storage.page_format import IntegrityOptions
+from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["SimOptions"]
 
@@ -25,7 +25,7 @@ class SimOptions(IntegrityOptions):
     - ``store``: name of an in-process store shared by every instance using the same name
       (``""`` = a private store that lives as long as the instance).
     - ``integrity_secret_env`` / ``integrity_secret_file``: authenticate records with a secret
-      (see :class:`~hicache_storage.page_format.IntegrityOptions`).
+      (see :class:`~hicache_storage.plugin.page_format.IntegrityOptions`).
     """
 
     sim_write_gbps: float = 5.0

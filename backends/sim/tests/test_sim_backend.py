@@ -13,7 +13,7 @@ from hicache_storage_sim import SimBackend
 
 from hicache_storage import BackendFault, ConfigError, HostKVPool, load_backend, make_config
 from hicache_storage import testing as kit
-from hicache_storage.page_format import HEADER_SIZE, PageRecordError, parse_header
+from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, parse_header
 
 LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
 DTYPES = ["bfloat16", "float16", "float8_e4m3fn"]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hicache_storage import BatchContext, Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, PageBuffers
-from hicache_storage.page_format import decode_into, encode_record
+from hicache_storage.plugin.page_format import decode_into, encode_record
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from replay_support import write_trace
 
-from hicache_storage.commands import run
+from hicache_storage.cli.commands import run
 
 pytest.importorskip("hicache_storage_sim")
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from hicache_storage.lookahead import Lookahead
+from hicache_storage.plugin.lookahead import Lookahead
 
 
 def test_values_in_order_without_executor() -> None:

@@ -14,7 +14,7 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["TEMPLATE_NAME", "create_backend_package", "find_template", "validate_name"]
 
@@ -46,7 +46,7 @@ def validate_name(name: str) -> str:
 def find_template() -> Path:
     """Directory of the plugin template (shipped package data first, then the source tree)."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / "_plugin_template", here.parent / "examples" / "plugin-template"):
+    for candidate in (here / "_plugin_template", here.parents[1] / "examples" / "plugin-template"):
         if (candidate / "pyproject.toml").is_file():
             return candidate
     raise FileNotFoundError(

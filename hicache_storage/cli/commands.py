@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +14,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__
-from .cli_options import parse_json_option
-from .errors import BackendLoadError, ConfigError
-from .interface import API_VERSION
+from .. import __version__
+from ..contract import API_VERSION
+from ..errors import BackendLoadError, ConfigError
+from .arguments import parse_json_option
 
 __all__ = ["build_parser", "parse_json_option", "run"]
 
 
 def _cmd_backends(args: argparse.Namespace, console: Console) -> int:
-    from .registry import available_backends
+    from ..registry import available_backends
 
     infos = available_backends(load=True)
     if args.json:
@@ -143,14 +144,23 @@ def _hybrid_table(results: list[Any]) -> Table:
     return table
 
 
-def _cmd_conformance(args: argparse.Namespace, console: Console) -> int:
-    try:
-        from hicache_storage_conformance.cli import main as conformance_main
-    except ImportError:
-        console.print("[red]The conformance suite is not installed:[/] pip install hicache-storage-conformance")
-        return 2
-    result: int = conformance_main(list(args.rest))  # "--help" included: the suite prints its own help
-    return result
+#: Entry-point group of sub-commands other distributions add (``name = "module:main"``, main(argv) -> int).
+COMMANDS_GROUP = "hicache_storage.commands"
+#: Where a sub-command this CLI knows of comes from when no installed distribution provides it.
+_KNOWN_COMMANDS = {"conformance": ("run the conformance suite against a backend", "hicache-storage-conformance")}
+
+
+def _external_command(name: str) -> Callable[[argparse.Namespace, Console], int]:
+    def handler(args: argparse.Namespace, console: Console) -> int:
+        found = [ep for ep in metadata.entry_points(group=COMMANDS_GROUP) if ep.name == name]
+        if not found:
+            dist = _KNOWN_COMMANDS.get(name, ("", name))[1]
+            console.print(f"[red]The {name} command is not installed:[/] pip install {dist}")
+            return 2
+        main: Callable[[list[str]], int] = found[0].load()
+        return int(main(list(args.rest)))  # "--help" included: the command prints its own help
+
+    return handler
 
 
 def _cmd_new_backend(args: argparse.Namespace, console: Console) -> int:
@@ -170,7 +180,7 @@ def _cmd_bench(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace, console: Console) -> int:
-    from .replay.cli import main as replay_main
+    from .replay import main as replay_main
 
     result: int = replay_main(args, console)
     return result
@@ -196,15 +206,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-hybrid", action="store_true", help="skip the hybrid-model (multi-pool) round trip")
     demo.set_defaults(handler=_cmd_demo)
 
-    conformance = sub.add_parser(
-        "conformance",
-        help="run the conformance suite against a backend",
-        description="Run the conformance suite; all arguments are passed to it (see --help there).",
-        add_help=False,
-        prefix_chars="\x00",  # nothing here is an option: --help and every flag reach the suite's own parser
-    )
-    conformance.add_argument("rest", nargs="*")
-    conformance.set_defaults(handler=_cmd_conformance)
+    helps = {name: text for name, (text, _dist) in _KNOWN_COMMANDS.items()}
+    for ep in metadata.entry_points(group=COMMANDS_GROUP):
+        helps.setdefault(ep.name, f"provided by {ep.dist.name if ep.dist else ep.value}")
+    for name, text in sorted(helps.items()):
+        external = sub.add_parser(
+            name,
+            help=text,
+            description=f"{text}; all arguments are passed to it (see --help there).",
+            add_help=False,
+            prefix_chars="\x00",  # nothing here is an option: --help and every flag reach the command's own parser
+        )
+        external.add_argument("rest", nargs="*")
+        external.set_defaults(handler=_external_command(name))
 
     new = sub.add_parser("new-backend", help="create a new backend plugin package from the template")
     new.add_argument("name", help="backend name (lowercase letters, digits, underscores)")
@@ -214,8 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .operate import add_commands
 
     add_commands(sub)
-    _add_optional(sub, "bench", "hicache_storage.bench", _cmd_bench)
-    _add_optional(sub, "replay", "hicache_storage.replay.cli", _cmd_replay)
+    _add_optional(sub, "bench", "hicache_storage.cli.bench", _cmd_bench)
+    _add_optional(sub, "replay", "hicache_storage.cli.replay", _cmd_replay)
     return parser
 
 

@@ -23,15 +23,15 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from .cli_options import parse_json_option
-from .config import make_config
-from .errors import ConfigError, InvalidRequestError
-from .host_pool import HostKVPool
-from .interface import HiCacheStorage
-from .listing import KeySpaceManifest, StoredPage
-from .metrics import prometheus_text, write_textfile
-from .registry import load_backend
-from .store_admin import iter_pages, read_manifest
+from ..config import make_config
+from ..contract import HiCacheStorage
+from ..errors import ConfigError, InvalidRequestError
+from ..host_pool import HostKVPool
+from ..listing import KeySpaceManifest, StoredPage
+from ..metrics import prometheus_text, write_textfile
+from ..registry import load_backend
+from ..store_admin import iter_pages, read_manifest
+from .arguments import parse_json_option
 
 __all__ = ["KeySpaceUsage", "add_commands", "parse_age", "probe", "usage_of"]
 

@@ -1,10 +1,9 @@
 """Microbenchmark a backend: set/get/exists throughput and latency, next to its raw client.
 
-Raw baseline hook: a backend class may define ``raw_baseline(config) -> client`` (a static or class
-method) returning an object with ``set(keys, buffers)``, ``get(keys, buffers)`` (fill each buffer),
-``exists(keys)`` and optionally ``close()``, doing the same work with the backend's own client and
-none of the SDK (no key space, no validation, no page format). Backends without the hook show
-"no raw baseline".
+Raw baseline: a backend names a :class:`~hicache_storage.plugin.RawBaseline` class in
+``raw_baseline_class`` (see :mod:`hicache_storage.plugin.raw_baseline`), doing the same work with
+the backend's own client and none of the SDK (no key space, no validation, no page format).
+Backends without one show "no raw baseline".
 
 Fairness: each side first runs one untimed set, exists and get on a batch of separate warm-up keys
 (connections, lazy set-up, caches). Then, batch by batch, the SDK call and the raw call of the same
@@ -24,32 +23,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from .config import HiCacheStorageConfig, make_config
-from .host_pool import HostKVPool
-from .interface import HiCacheStorage
-from .registry import load_backend, resolve_backend
+from ..config import HiCacheStorageConfig, make_config
+from ..contract import HiCacheStorage
+from ..host_pool import HostKVPool
+from ..plugin.raw_baseline import RawClient
+from ..registry import load_backend, resolve_backend
 
 __all__ = ["OpResult", "RawClient", "add_arguments", "main", "run_bench"]
 
 _PAGE_TOKENS = 64
 OPS = ("set", "exists", "get")
-
-
-class RawClient(Protocol):
-    """What ``raw_baseline(config)`` returns."""
-
-    def set(self, keys: list[str], buffers: list[memoryview]) -> object: ...
-
-    def get(self, keys: list[str], buffers: list[memoryview]) -> object: ...
-
-    def exists(self, keys: list[str]) -> object: ...
 
 
 @dataclass
@@ -196,12 +186,8 @@ def _count_ok(out: object, default: int) -> int:
 
 
 def raw_client_for(cls: type[HiCacheStorage], config: HiCacheStorageConfig) -> RawClient | None:
-    """The backend's raw client from its ``raw_baseline`` hook, or ``None``."""
-    hook = getattr(cls, "raw_baseline", None)
-    if hook is None:
-        return None
-    client: RawClient | None = hook(config)
-    return client
+    """The backend's raw client (:meth:`~hicache_storage.plugin.StoragePrimitives.raw_baseline`), or ``None``."""
+    return cls.raw_baseline(config)
 
 
 def run_bench(
@@ -297,14 +283,14 @@ def _table(result: dict[str, Any]) -> Table:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     """Run the ``bench`` sub-command; returns the exit status (1 if the data read back differs)."""
-    from .cli_options import parse_json_option
+    from .arguments import parse_json_option
 
     result = run_bench(
         args.backend, parse_json_option(args.config), page_bytes=args.page_bytes, pages=args.pages, batch=args.batch
     )
     console.print(_table(result))
     if result["raw"] is None:
-        console.print("no raw baseline: the backend defines no raw_baseline(config) hook", highlight=False)
+        console.print("no raw baseline: the backend names no raw_baseline_class", highlight=False)
     if result["modelled_seconds"] is not None:
         console.print(f"modelled storage time (sim cost model): {result['modelled_seconds']:.4f} s", highlight=False)
     if not result["byte_exact"]:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hicache_storage import ConfigError, HostKVPool, make_config
-from hicache_storage.scaffold import create_backend_package, find_template, validate_name
+from hicache_storage.cli.scaffold import create_backend_package, find_template, validate_name
 
 
 def _generate(tmp_path: Path, name: str = "my_store") -> Path:
@@ -88,7 +88,7 @@ def test_existing_directory_is_not_overwritten(tmp_path: Path) -> None:
 
 
 def test_cli_new_backend(tmp_path: Path) -> None:
-    from hicache_storage.commands import run
+    from hicache_storage.cli.commands import run
 
     assert run(["new-backend", "cli_store", "--dir", str(tmp_path)]) == 0
     assert (tmp_path / "hicache-storage-cli-store" / "hicache_storage_cli_store" / "backend.py").is_file()

@@ -4,7 +4,7 @@ import struct
 import pytest
 
 from hicache_storage import ConfigError
-from hicache_storage.page_format import (
+from hicache_storage.plugin.page_format import (
     FLAG_AUTHENTICATED,
     HEADER_SIZE,
     MAGIC,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from hicache_storage.batch_context import BatchContext
-from hicache_storage.bench import OpResult, _pool, _ratios, run_bench
-from hicache_storage.commands import run
+from hicache_storage.cli.bench import OpResult, _pool, _ratios, run_bench
+from hicache_storage.cli.commands import run
 from hicache_storage.config import make_config
 from hicache_storage.registry import register_backend, unregister_backend
 

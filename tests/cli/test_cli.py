@@ -5,9 +5,9 @@ import json
 import pytest
 
 from hicache_storage import API_VERSION
-from hicache_storage.commands import parse_json_option, run
-from hicache_storage.demo import run_demo
-from hicache_storage.demo_hybrid import run_hybrid_demo
+from hicache_storage.cli.commands import parse_json_option, run
+from hicache_storage.cli.demo import run_demo
+from hicache_storage.cli.demo_hybrid import run_hybrid_demo
 from hicache_storage.errors import ConfigError
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_storage.vectored_io import IOV_MAX, preadv_all, sendmsg_all, writev_all
+from hicache_storage.plugin.vectored_io import IOV_MAX, preadv_all, sendmsg_all, writev_all
 
 
 def _segments(count: int, size: int) -> list[memoryview]:

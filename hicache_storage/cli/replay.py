@@ -10,11 +10,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from .engine import MODES, EngineConfig, ModelShape, run_replay
-from .models import PRESETS, ModelPreset, load_model
-from .oracle import oracle_block_hits
-from .report import ModeResult, comparison_table
-from .trace import read_trace
+from ..replay.engine import MODES, EngineConfig, ModelShape, run_replay
+from ..replay.models import PRESETS, ModelPreset, load_model
+from ..replay.oracle import oracle_block_hits
+from ..replay.report import ModeResult, comparison_table
+from ..replay.trace import read_trace
 
 __all__ = ["add_arguments", "main", "parse_modes"]
 
@@ -93,7 +93,7 @@ def _model(args: argparse.Namespace) -> ModelPreset | None:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     """Run the ``replay`` sub-command; returns the exit status."""
-    from ..commands import parse_json_option
+    from .arguments import parse_json_option
 
     modes = parse_modes(args.mode, args.backend is not None)
     if args.requests is not None and args.requests < 1:
@@ -160,7 +160,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         }
         Path(args.json).write_text(json.dumps(payload, indent=2), encoding="utf-8")
     if args.plot:
-        from .plots import plot_results
+        from ..replay.plots import plot_results
 
         for path in plot_results(results, args.plot, prefix=args.plot_prefix):
             console.print(f"wrote {path}")

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import xxhash
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = [
     "FLAG_AUTHENTICATED",

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .config import make_config
-from .host_pool import HostKVPool
-from .keys import page_hashes
-from .registry import load_backend
+from ..config import make_config
+from ..host_pool import HostKVPool
+from ..keys import page_hashes
+from ..registry import load_backend
 
 __all__ = ["DemoResult", "cleanup", "default_demo_backends", "run_demo"]
 

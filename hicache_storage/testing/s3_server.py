@@ -28,10 +28,10 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from .config import make_config
-from .errors import ConfigError
-from .interface import HiCacheStorage
-from .testing import PAGE_SIZE, make_backend, make_pool, page_bytes, page_indices, random_keys
+from ..config import make_config
+from ..contract import HiCacheStorage
+from ..errors import ConfigError
+from . import PAGE_SIZE, make_backend, make_pool, page_bytes, page_indices, random_keys
 
 __all__ = [
     "REFUSED_CASES",

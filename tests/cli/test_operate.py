@@ -12,14 +12,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hicache_storage import load_backend, make_config
 from hicache_storage import testing as kit
-from hicache_storage.commands import run
+from hicache_storage.cli.commands import run
+from hicache_storage.cli.operate import parse_age, usage_of
 from hicache_storage.listing import KeySpaceManifest
 from hicache_storage.metrics import prometheus_text
-from hicache_storage.operate import parse_age, usage_of
-from hicache_storage.page_format import HEADER_SIZE
+from hicache_storage.plugin.page_format import HEADER_SIZE
 
 SPACES = [("model-a", "r1", ""), ("model-b", "r1", ""), ("model-b", "r2", "tenant-x")]
-SERVICES = kit.TestServices(Path(__file__).resolve().parents[1])
+SERVICES = kit.TestServices(Path(__file__).resolve().parents[2])
 
 
 def options_for(name: str, tmp_path: Path) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import torch
 from core_support import MemoryBackend, page_indices
 
 from hicache_storage import BackendFault, ConfigError, HostKVPool, InvalidKeyError, InvalidRequestError, make_config
-from hicache_storage.interface import UnsupportedOperation
+from hicache_storage.contract import UnsupportedOperation
 
 
 def pages_equal(pool: HostKVPool, a: int, b: int) -> bool:
