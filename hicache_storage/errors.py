@@ -14,6 +14,7 @@ __all__ = [
     "HostPoolError",
     "InvalidKeyError",
     "InvalidRequestError",
+    "UnsupportedOperation",
 ]
 
 
@@ -53,3 +54,7 @@ class BackendFault(Exception):
 
     Batch calls turn it, like any other exception from a primitive, into misses or ``False``.
     """
+
+
+class UnsupportedOperation(NotImplementedError):
+    """The backend does not declare the capability this call needs (``delete``, ``clear``, ``list``)."""

@@ -33,7 +33,7 @@ _PREFIX = re.compile(r"(hc[0-9]+-[0-9a-f]{20}\.)?")
 
 def _require(storage: HiCacheStorage, capability: str) -> None:
     if not getattr(storage.capabilities, capability):
-        from .contract import UnsupportedOperation
+        from .errors import UnsupportedOperation
 
         raise UnsupportedOperation(f"{type(storage).__name__} does not declare {capability}")
 

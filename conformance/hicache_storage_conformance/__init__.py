@@ -3,7 +3,7 @@
 Four ways over one body of tests: the ``hicache-storage conformance`` CLI (:func:`cli.main`),
 :class:`BackendConformance` subclassed in a plugin's own pytest suite, the pytest plugin
 (``pytest --hicache-backend NAME``) and ``HICACHE_CONFORMANCE_BACKEND=name pytest --pyargs
-hicache_storage_conformance.suite`` in CI. A backend's test-only hooks live on a
+hicache_storage_conformance.selected`` in CI. A backend's test-only hooks live on a
 :class:`ConformanceTarget`, outside the backend class.
 
 The names below are imported on first use, so importing the package (as pytest does for its

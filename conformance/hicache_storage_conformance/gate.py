@@ -25,7 +25,7 @@ from .target import Target, cached_target
 __all__ = ["SUITE_MODULE", "BuildError", "build_check", "gate_items"]
 
 #: The suite module run on a selected backend.
-SUITE_MODULE = Path(__file__).resolve().parent / "suite" / "test_selected.py"
+SUITE_MODULE = Path(__file__).resolve().parent / "selected" / "test_selected.py"
 _GATED = pytest.StashKey[set[str]]()
 
 

@@ -27,14 +27,16 @@ from typing import Any, ClassVar
 
 from hicache_storage import BackendLoadError
 
-from .side_channel import SideChannelUnavailable
-
-__all__ = ["TARGET_GROUP", "ConformanceTarget", "as_target", "find_target"]
+__all__ = ["TARGET_GROUP", "ConformanceTarget", "SideChannelUnavailable", "as_target", "find_target"]
 
 #: Entry-point group of conformance targets (name = the backend's entry-point name).
 TARGET_GROUP = "hicache_storage.conformance_targets"
 
 _HOOKS = ("raw_store", "read_stored", "write_stored", "delete_stored", "stop_server", "start_server")
+
+
+class SideChannelUnavailable(Exception):
+    """The backend offers no way to reach its stored pages (or server) behind its back."""
 
 
 class ConformanceTarget:

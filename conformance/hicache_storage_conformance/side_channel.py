@@ -12,16 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .hooks import ConformanceTarget, SideChannelUnavailable
+
 __all__ = ["SideChannelUnavailable", "auto_delete", "auto_read", "auto_set_available", "auto_write"]
 
 
-class SideChannelUnavailable(Exception):
-    """The backend offers no way to reach its stored pages (or server) behind its back."""
-
-
 def _default() -> Any:
-    from .hooks import ConformanceTarget
-
     return ConformanceTarget()
 
 

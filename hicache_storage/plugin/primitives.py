@@ -28,6 +28,7 @@ from typing_extensions import TypeVar
 from ..batch_context import BatchContext
 from ..capabilities import Capabilities
 from ..config import SDK_OPTION_NAMES, HiCacheStorageConfig
+from ..errors import UnsupportedOperation
 from ..keys import KeySpace
 from ..listing import StoredPage
 from ..options import NoOptions, parse_options
@@ -47,10 +48,6 @@ Primitive = Callable[[list[str], Any, BatchContext], list[bool]]
 
 #: Primitive name -> positional parameters before ``context`` (a primitive written for API 1.0 lacks it).
 _PRIMITIVE_ARITY = {"write_pages": 2, "read_pages": 2, "pages_exist": 1, "delete_pages": 1}
-
-
-class UnsupportedOperation(NotImplementedError):
-    """The backend does not declare the capability this call needs (``delete``, ``clear``)."""
 
 
 def takes_context(function: Any, before: int) -> bool:

@@ -1,1 +1,1 @@
-"""The conformance tests, one module per category; ``test_selected`` runs them on the selected backend."""
+"""The conformance tests, one module per category; ``selected.test_selected`` runs them on the selected backend."""
