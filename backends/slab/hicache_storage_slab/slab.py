@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import xxhash
+
 from .layout import (
     BLOCK,
     COMMITTED,
@@ -45,14 +47,15 @@ from .layout import (
     Entry,
     Geometry,
     SuperblockError,
+    checksum_seed,
     decode_entry,
     decode_set,
     decode_superblock,
     digest_at,
     encode_entry,
     encode_superblock,
+    find_committed,
     key_digest,
-    payload_checksum,
     space_tag,
 )
 
@@ -61,6 +64,7 @@ __all__ = ["Slab", "SlabFile", "slab_file_name", "SLAB_FILE_MARK"]
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _BLANK = bytes(ENTRY_SIZE)
+_DAMAGED_ENTRY_STATE = DAMAGED
 _STRIPES = 64
 #: Infix of every slab file name (``<key space prefix>slab-<index>``).
 SLAB_FILE_MARK = "slab-"
@@ -68,6 +72,11 @@ SLAB_FILE_MARK = "slab-"
 CLAIM_WAIT_S = 1.0
 #: Memory and length alignment asked of a page before it is moved with ``O_DIRECT``.
 DIRECT_ALIGN = BLOCK
+#: Largest piece of a page read by one ``preadv`` and hashed right after it, while those bytes are still
+#: in the CPU cache (a multiple of :data:`DIRECT_ALIGN`).
+HASH_CHUNK = 256 << 10
+_NO_WAYS: frozenset[int] = frozenset()
+_Hasher = xxhash.xxh3_64
 
 Bump = Callable[[str], None]
 
@@ -95,7 +104,7 @@ class SlabFile:
                 os.close(fd)
 
 
-@dataclass
+@dataclass(slots=True)
 class WritePlan:
     """A page whose bytes are in its slot, waiting for its header to be committed."""
 
@@ -129,11 +138,19 @@ class Slab:
         self.prefix = prefix
         self.geometry = geometry
         self._bump = bump
+        self._ways = geometry.ways
+        self._set_bytes = geometry.ways * ENTRY_SIZE
+        self._sets = geometry.sets
+        self._file_count = geometry.files
+        self._data_offset = geometry.data_offset
+        self._slot_bytes = geometry.slot_bytes
+        self._page_bytes = geometry.page_bytes
         self._tag = space_tag(prefix)
         # Per stripe of sets: a condition (its lock guards slot choice) and the header offsets of slots
         # this process has claimed and not committed yet, which no other thread of it may take.
         self._stripes = [threading.Condition() for _ in range(_STRIPES)]
         self._pending: list[set[tuple[int, int]]] = [set() for _ in range(_STRIPES)]
+        self._waiting = [0] * _STRIPES  # threads waiting on each stripe's condition (guarded by it)
         self._writer_base = secrets.randbits(32) << 32
         self._writes = itertools.count(1)
         self.files: list[SlabFile] = _open_files(
@@ -144,16 +161,24 @@ class Slab:
             self.direct_io = _attach_direct(self.files, bump)
 
     # ------------------------------------------------------------ helpers
+    def _locate(self, digest: bytes) -> tuple[int, int]:
+        """(file index, local set) of a key digest (:meth:`Geometry.locate`, inlined)."""
+        number = int.from_bytes(digest[:8], "little") % self._sets
+        return number % self._file_count, number // self._file_count
+
     def _where(self, digest: bytes) -> tuple[SlabFile, int, int]:
-        index, local_set = self.geometry.locate(digest)
-        return self.files[index], local_set, self.geometry.set_header_offset(local_set)
+        index, local_set = self._locate(digest)
+        return self.files[index], local_set, SUPERBLOCK_SIZE + local_set * self._set_bytes
+
+    def _slot(self, local_set: int, way: int) -> int:
+        return self._data_offset + (local_set * self._ways + way) * self._slot_bytes
 
     def set_of(self, key: str) -> tuple[int, int]:
         """(file index, local set) that ``key`` maps to."""
-        return self.geometry.locate(key_digest(key))
+        return self._locate(key_digest(key))
 
     def _read_set(self, file: SlabFile, offset: int) -> bytes:
-        size = self.geometry.ways * ENTRY_SIZE
+        size = self._set_bytes
         raw = os.pread(file.fd, size, offset)
         if len(raw) != size:
             raise OSError(errno.EIO, f"short read of slot headers in {file.path}")
@@ -169,14 +194,14 @@ class Slab:
         The plan must reach :meth:`commit` or :meth:`finish`, which release the slot to this
         process's other threads.
         """
-        geometry = self.geometry
-        length = sum(segment.nbytes for segment in page)
-        if length != geometry.page_bytes:
+        length = sum([segment.nbytes for segment in page])
+        if length != self._page_bytes:
             return None
+        ways = self._ways
         digest = key_digest(key)
-        checksum: int | None = None  # hashed after the copy (the bytes are then in cache) unless needed first
-        index, local_set = geometry.locate(digest)
-        file, set_offset = self.files[index], geometry.set_header_offset(local_set)
+        checksum: int | None = None  # hashed while the bytes are written, unless needed first
+        index, local_set = self._locate(digest)
+        file, set_offset = self.files[index], SUPERBLOCK_SIZE + local_set * self._set_bytes
         stripe = (index * 7919 + local_set) % _STRIPES
         pending = self._pending[stripe]
         condition = self._stripes[stripe]
@@ -184,16 +209,18 @@ class Slab:
             deadline: float | None = None
             while True:
                 raw = self._read_set(file, set_offset)
-                entries = decode_set(raw, geometry.ways)
-                busy = {w for w in range(geometry.ways) if (index, set_offset + w * ENTRY_SIZE) in pending}
-                copies = [w for w, e in enumerate(entries) if e.state == COMMITTED and e.digest == digest]
-                if copies and checksum is None:  # a rewrite: same bytes can go in place, so hash them now
-                    checksum = payload_checksum(page, digest)
-                same = [
-                    w
-                    for w in copies
-                    if entries[w].checksum == checksum and entries[w].length == length and w not in busy
-                ]
+                entries = decode_set(raw, ways)
+                busy = _busy_ways(pending, index, set_offset, ways) if pending else _NO_WAYS
+                copies = [w for w, e in enumerate(entries) if e.digest == digest and e.state == COMMITTED]
+                same: list[int] = []
+                if copies:  # a rewrite: the same bytes can go in place, so hash them now
+                    if checksum is None:
+                        checksum = _checksum(page, digest)
+                    same = [
+                        w
+                        for w in copies
+                        if entries[w].checksum == checksum and entries[w].length == length and w not in busy
+                    ]
                 way = max(same, key=lambda w: entries[w].seq) if same else _victim(entries, digest, busy)
                 if way is not None:
                     break
@@ -201,11 +228,15 @@ class Slab:
                 now = time.monotonic()
                 deadline = now + CLAIM_WAIT_S if deadline is None else deadline
                 if now >= deadline:
-                    way = _victim(entries, digest, set())
+                    way = _victim(entries, digest, _NO_WAYS)
                     assert way is not None
                     break
-                condition.wait(deadline - now)
-            seq = max(time.time_ns(), max(e.seq for e in entries) + 1)
+                self._waiting[stripe] += 1
+                try:
+                    condition.wait(deadline - now)
+                finally:
+                    self._waiting[stripe] -= 1
+            seq = max(time.time_ns(), max([e.seq for e in entries]) + 1)
             header_offset = set_offset + way * ENTRY_SIZE
             if same:
                 seen = raw[way * ENTRY_SIZE : (way + 1) * ENTRY_SIZE]
@@ -224,12 +255,12 @@ class Slab:
             seen,
             bool(same),
             b"",
-            [(set_offset + w * ENTRY_SIZE, entries[w].seq) for w in copies if w != way],
+            [(set_offset + w * ENTRY_SIZE, entries[w].seq) for w in copies if w != way] if copies else [],
         )
         try:
-            self._write_payload(file, geometry.slot_offset(local_set, way), page, length)
+            hashed = self._write_payload(file, self._slot(local_set, way), page, length, digest)
             if checksum is None:
-                checksum = payload_checksum(page, digest)
+                checksum = hashed
         except BaseException:
             self.finish(plan)
             raise
@@ -244,7 +275,8 @@ class Slab:
         condition = self._stripes[plan.stripe]
         with condition:
             self._pending[plan.stripe].discard((plan.file_index, plan.header_offset))
-            condition.notify_all()
+            if self._waiting[plan.stripe]:
+                condition.notify_all()
 
     def commit(self, plan: WritePlan) -> bool:
         """Steps 4-5: publish the staged page unless another writer took its slot meanwhile."""
@@ -275,16 +307,20 @@ class Slab:
                 os.pwrite(fd, _BLANK, offset)
         return True
 
-    def _write_payload(self, file: SlabFile, offset: int, page: Sequence[memoryview], length: int) -> None:
+    def _write_payload(
+        self, file: SlabFile, offset: int, page: Sequence[memoryview], length: int, digest: bytes
+    ) -> int:
+        """Write ``page`` at ``offset`` and return its checksum (see :func:`_write_hashed`)."""
+        hasher = _Hasher(seed=checksum_seed(digest))
         if file.direct_fd is not None and _aligned(page):
             try:
-                _pwritev_all(file.direct_fd, page, offset, length)
-                return
-            except OSError as error:
-                if error.errno != errno.EINVAL:
-                    raise
+                _write_hashed(file.direct_fd, page, offset, length, hasher)
+                return int(hasher.intdigest())
+            except _DirectRefused:
                 self._bump("direct_io_fallbacks")
-        _pwritev_all(file.fd, page, offset, length)
+                hasher.reset()
+        _write_hashed(file.fd, page, offset, length, hasher)
+        return int(hasher.intdigest())
 
     def sync(self) -> None:
         """``fdatasync`` every file of the slab."""
@@ -293,64 +329,61 @@ class Slab:
 
     # ------------------------------------------------------------ read
     def _find(self, raw: bytes, digest: bytes) -> tuple[int, Entry] | None:
-        best: tuple[int, Entry] | None = None
-        for way in range(self.geometry.ways):
-            if digest_at(raw, way) != digest:
-                continue
-            entry = decode_entry(raw, way * ENTRY_SIZE)
-            if entry.state == COMMITTED and entry.digest == digest and (best is None or entry.seq > best[1].seq):
-                best = (way, entry)
-        return best
+        return find_committed(raw, digest)
 
     def read(self, key: str, page: Sequence[memoryview]) -> bool:
         """Fill ``page`` with the stored bytes of ``key``; ``False`` for a miss or a page failing its checks."""
-        geometry = self.geometry
-        length = sum(segment.nbytes for segment in page)
         digest = key_digest(key)
-        file, local_set, set_offset = self._where(digest)
-        raw = self._read_set(file, set_offset)
-        found = self._find(raw, digest)
+        index, local_set = self._locate(digest)
+        file = self.files[index]
+        raw = self._read_set(file, SUPERBLOCK_SIZE + local_set * self._set_bytes)
+        found = find_committed(raw, digest)
         if found is None:
-            if any(decode_entry(raw, w * ENTRY_SIZE).state == DAMAGED for w in range(geometry.ways)):
+            if _DAMAGED_ENTRY_STATE in [e.state for e in decode_set(raw, self._ways)]:
                 self._bump("integrity_failures")  # a damaged header in the key's set may have been its own
             return False
         way, entry = found
+        length = sum([segment.nbytes for segment in page])
         if entry.length != length:
             self._bump("integrity_failures")
             return False
-        if self._read_payload(file, geometry.slot_offset(local_set, way), page, length) != length:
-            self._bump("integrity_failures")
-            return False
-        if payload_checksum(page, digest) != entry.checksum:
+        checksum = self._read_payload(file, self._slot(local_set, way), page, length, digest)
+        if checksum != entry.checksum:
             self._bump("integrity_failures")
             return False
         return True
 
-    def _read_payload(self, file: SlabFile, offset: int, page: Sequence[memoryview], length: int) -> int:
+    def _read_payload(
+        self, file: SlabFile, offset: int, page: Sequence[memoryview], length: int, digest: bytes
+    ) -> int | None:
+        """Read ``page`` from ``offset`` piece by piece, hashing each piece right after it is read;
+        returns the checksum of the bytes read, ``None`` for a short read."""
+        hasher = _Hasher(seed=checksum_seed(digest))
         if file.direct_fd is not None and _aligned(page):
             try:
-                return _preadv_all(file.direct_fd, page, offset, length)
-            except OSError as error:
-                if error.errno != errno.EINVAL:
-                    raise
+                done = _read_hashed(file.direct_fd, page, offset, length, hasher)
+                return int(hasher.intdigest()) if done else None
+            except _DirectRefused:
                 self._bump("direct_io_fallbacks")
-        return _preadv_all(file.fd, page, offset, length)
+                hasher.reset()
+        done = _read_hashed(file.fd, page, offset, length, hasher)
+        return int(hasher.intdigest()) if done else None
 
     def exists(self, key: str) -> bool:
         """Whether a committed copy of ``key`` is in its set (its bytes are checked by :meth:`read`)."""
         digest = key_digest(key)
         file, _local_set, set_offset = self._where(digest)
-        return self._find(self._read_set(file, set_offset), digest) is not None
+        return find_committed(self._read_set(file, set_offset), digest) is not None
 
     def locate(self, key: str) -> tuple[SlabFile, int, int] | None:
         """(file, header offset, slot offset) of the copy of ``key`` a read would use, or ``None``."""
         digest = key_digest(key)
         file, local_set, set_offset = self._where(digest)
-        found = self._find(self._read_set(file, set_offset), digest)
+        found = find_committed(self._read_set(file, set_offset), digest)
         if found is None:
             return None
         way = found[0]
-        return file, set_offset + way * ENTRY_SIZE, self.geometry.slot_offset(local_set, way)
+        return file, set_offset + way * ENTRY_SIZE, self._slot(local_set, way)
 
     # ------------------------------------------------------------ removal
     def delete(self, key: str) -> None:
@@ -387,20 +420,111 @@ def blank_headers(fd: int, geometry: Geometry) -> None:
         offset += written
 
 
-def _victim(entries: Sequence[Entry], digest: bytes, busy: set[int]) -> int | None:
+def _busy_ways(pending: set[tuple[int, int]], index: int, set_offset: int, ways: int) -> set[int]:
+    """Ways of the set at ``set_offset`` of file ``index`` that this process has claimed and not committed."""
+    end = set_offset + ways * ENTRY_SIZE
+    return {(offset - set_offset) // ENTRY_SIZE for i, offset in pending if i == index and set_offset <= offset < end}
+
+
+def _victim(entries: Sequence[Entry], digest: bytes, busy: frozenset[int] | set[int]) -> int | None:
     """Empty or damaged slot first, else the oldest slot holding another key (else the oldest).
 
     Slots in ``busy`` are never chosen; ``None`` when every other slot is busy.
     """
-    free = [w for w in range(len(entries)) if w not in busy]
-    for way in free:
-        if entries[way].state in (EMPTY, DAMAGED):
+    other: int | None = None
+    other_seq = 0
+    oldest: int | None = None
+    oldest_seq = 0
+    for way, entry in enumerate(entries):
+        if way in busy:
+            continue
+        state = entry.state
+        if state in (EMPTY, DAMAGED):
             return way
-    others = [w for w in free if entries[w].digest != digest] or free
-    return min(others, key=lambda w: entries[w].seq) if others else None
+        seq = entry.seq
+        if oldest is None or seq < oldest_seq:
+            oldest, oldest_seq = way, seq
+        if entry.digest != digest and (other is None or seq < other_seq):
+            other, other_seq = way, seq
+    return other if other is not None else oldest
 
 
 # ---------------------------------------------------------------- vectored I/O
+class _DirectRefused(Exception):
+    """The kernel refused an ``O_DIRECT`` transfer before moving any byte (``EINVAL``)."""
+
+
+def _chunks(page: Sequence[memoryview], limit: int) -> list[list[memoryview]]:
+    """``page`` cut into consecutive pieces of at most ``limit`` bytes (segments split where longer)."""
+    if len(page) == 1 and page[0].nbytes <= limit:
+        return [list(page)]
+    pieces: list[list[memoryview]] = []
+    current: list[memoryview] = []
+    size = 0
+    for segment in page:
+        if segment.nbytes > limit:
+            view = memoryview(segment).cast("B") if segment.format != "B" or segment.ndim != 1 else segment
+            if current:
+                pieces.append(current)
+                current, size = [], 0
+            for start in range(0, view.nbytes, limit):
+                pieces.append([view[start : start + limit]])
+            continue
+        if size + segment.nbytes > limit and current:
+            pieces.append(current)
+            current, size = [], 0
+        current.append(segment)
+        size += segment.nbytes
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _write_hashed(fd: int, page: Sequence[memoryview], offset: int, length: int, hasher: xxhash.xxh3_64) -> None:
+    """``pwritev`` ``page`` at ``offset`` in one call, then hash it: the copy has just pulled the bytes into
+    the CPU cache, where the hash finds them (hashing first would read them from memory; writing in
+    pieces costs a file system write path per piece).
+
+    Raises :class:`_DirectRefused` when the kernel refuses the write with ``EINVAL``.
+    """
+    try:
+        _pwritev_all(fd, page, offset, length)
+    except OSError as error:
+        if error.errno == errno.EINVAL:
+            raise _DirectRefused from error
+        raise
+    for segment in page:
+        hasher.update(segment)
+
+
+def _read_hashed(fd: int, page: Sequence[memoryview], offset: int, length: int, hasher: xxhash.xxh3_64) -> bool:
+    """``preadv`` ``page`` from ``offset`` in pieces of :data:`HASH_CHUNK`, hashing each piece right after
+    it is read; ``False`` for a short read. Raises :class:`_DirectRefused` as :func:`_write_hashed`."""
+    first = True
+    for piece in _chunks(page, HASH_CHUNK):
+        size = sum([segment.nbytes for segment in piece])
+        try:
+            done = _preadv_all(fd, piece, offset, size)
+        except OSError as error:
+            if first and error.errno == errno.EINVAL:
+                raise _DirectRefused from error
+            raise
+        if done != size:
+            return False
+        first = False
+        for segment in piece:
+            hasher.update(segment)
+        offset += size
+    return True
+
+
+def _checksum(page: Sequence[memoryview], digest: bytes) -> int:
+    hasher = _Hasher(seed=checksum_seed(digest))
+    for segment in page:
+        hasher.update(segment)
+    return int(hasher.intdigest())
+
+
 def _pwritev_all(fd: int, page: Sequence[memoryview], offset: int, length: int) -> None:
     done = os.pwritev(fd, page, offset)
     if done == length:

@@ -132,11 +132,12 @@ def writer(spec: dict[str, Any]) -> None:
 def _stop_halfway() -> None:
     """From now on a write puts half its payload in the slot, says ``mid`` and waits to be killed."""
 
-    def half(self: Any, file: Any, offset: int, page: Any, length: int) -> None:
+    def half(self: Any, file: Any, offset: int, page: Any, *_rest: Any) -> int:
         first = memoryview(page[0]).cast("B")
         os.pwrite(file.fd, first[: first.nbytes // 2], offset)
         print("mid", flush=True)
         time.sleep(120)
+        return 0
 
     slab.Slab._write_payload = half  # type: ignore[method-assign]
 
