@@ -21,7 +21,9 @@ fi
 
 echo "[test] ruff" >&2
 ruff check .
-echo "[test] mypy (strict, hicache_storage/)" >&2
+echo "[test] import layers (lint-imports)" >&2
+lint-imports --no-cache
+echo "[test] mypy (strict: the core, every plugin, the conformance suite)" >&2
 mypy
 if [ -f mkdocs.yml ]; then
   echo "[test] mkdocs build --strict" >&2

@@ -12,8 +12,10 @@ the tests themselves::
     assert backend.batch_get_v1(keys, page_indices(4, 4)) == [True] * 4
     assert [page_bytes(pool, p) for p in range(4, 8)] == written
 
-In a source checkout, :class:`TestServices` reads the connection settings of the local test
-servers (``scripts/services/env.sh --json``) and starts or stops them (``start.sh``/``stop.sh``).
+In a source checkout, :class:`TestServices` (:mod:`~hicache_storage.testing.services`) reads the
+connection settings of the local test servers (``scripts/services/env.sh --json``) and starts or
+stops them. :mod:`~hicache_storage.testing.s3_server` (imported only when asked for; it needs
+pytest) is a private authenticating S3 server and the credential test class of S3 backends.
 """
 
 from __future__ import annotations
