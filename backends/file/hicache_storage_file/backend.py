@@ -24,7 +24,6 @@ import stat
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
 
 from hicache_storage import (
     Capabilities,
@@ -52,7 +51,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
 _READ_FLAGS = os.O_RDONLY | _CLOEXEC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
-class FileBackend(HiCacheStorage):
+class FileBackend(HiCacheStorage[FileOptions]):
     """Pages as files below ``extra_config.path`` (see :class:`FileOptions`).
 
     Directories are created with mode 0o700 and page files with 0o600. ``path_for(storage_key)``
@@ -60,7 +59,9 @@ class FileBackend(HiCacheStorage):
     ``read_only``, the root may be read-only: writes return ``False`` without touching it.
     """
 
-    Options: ClassVar[type[Any]] = FileOptions
+    Options = FileOptions
+    #: Plain file I/O in ``<path>/raw-baseline`` for ``hicache-storage bench`` to compare with.
+    raw_baseline_class = RawFiles
     capabilities = Capabilities(
         zero_copy=True,
         persistent=True,
@@ -71,15 +72,9 @@ class FileBackend(HiCacheStorage):
         supports_list=True,
     )
 
-    @staticmethod
-    def raw_baseline(config: HiCacheStorageConfig) -> RawFiles:
-        """Plain file I/O in ``<path>/raw-baseline`` for ``hicache-storage bench`` to compare with."""
-        values = {k: v for k, v in (config.extra_config or {}).items() if k in FileOptions.__dataclass_fields__}
-        return RawFiles(resolve_root(FileOptions(**values)) / "raw-baseline")
-
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
-        options: FileOptions = self.options
+        options = self.options
         self.root = resolve_root(options)
         self._layout = PageLayout(str(self.root), options.fanout_levels)
         self._path_for = self._layout.path_for
@@ -109,7 +104,7 @@ class FileBackend(HiCacheStorage):
             self._eviction.seed(self._existing_pages())
 
     @classmethod
-    def capabilities_for(cls, options: Any) -> Capabilities:
+    def capabilities_for(cls, options: FileOptions) -> Capabilities:
         """With ``max_bytes`` the backend evicts pages on its own; ``read_only`` removes nothing."""
         declared = cls.capabilities
         if options.read_only:

@@ -11,6 +11,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from .options import FileOptions, resolve_root
+
 __all__ = ["RawFiles"]
 
 Page = memoryview | Sequence[memoryview]
@@ -21,12 +23,17 @@ def _segments(page: Page) -> Sequence[memoryview]:
 
 
 class RawFiles:
-    """Raw file I/O under ``directory`` (created if missing); satisfies ``hicache_storage.cli.bench.RawClient``."""
+    """Raw file I/O under ``directory`` (created if missing); a :class:`~hicache_storage.plugin.RawBaseline`."""
 
     def __init__(self, directory: Path, fsync: bool = False) -> None:
         self.directory = Path(directory)
         self.fsync = fsync
         self.directory.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def from_options(cls, options: FileOptions, timeout_s: float) -> RawFiles:
+        """Files in ``<path>/raw-baseline`` of the backend's root (local I/O takes no timeout)."""
+        return cls(resolve_root(options) / "raw-baseline")
 
     def set(self, keys: Sequence[str], pages: Sequence[Page]) -> list[bool]:
         for key, page in zip(keys, pages, strict=True):

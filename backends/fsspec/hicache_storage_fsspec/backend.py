@@ -21,9 +21,8 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any
 
-import fsspec
 import xxhash
 from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
@@ -34,6 +33,7 @@ from hicache_storage.listing import StoredPage, page_after
 from hicache_storage.plugin.page_format import HEADER_SIZE, record_codec
 from hicache_storage.resilience import current_deadline
 
+from .filesystem import S3_PROTOCOLS, open_filesystem
 from .local_io import TEMP_SUFFIX, LocalPageFiles
 from .options import FsspecOptions, redact_url
 from .raw_baseline import RawFsspec
@@ -45,10 +45,9 @@ log = logging.getLogger(__name__)
 
 #: Client timeout when neither ``timeout_s`` nor a resilience deadline is configured.
 DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
-_S3_PROTOCOLS = ("s3", "s3a")
 
 
-class FsspecBackend(HiCacheStorage):
+class FsspecBackend(HiCacheStorage[FsspecOptions]):
     """Pages as files below ``extra_config.url`` on an fsspec filesystem (see :class:`FsspecOptions`).
 
     ``fs`` and ``path_for(storage_key)`` give direct access to stored pages; ``raw_store()`` is a
@@ -57,7 +56,9 @@ class FsspecBackend(HiCacheStorage):
     bucket, an unreachable endpoint) is left to the calls, which then miss.
     """
 
-    Options: ClassVar[type[Any]] = FsspecOptions
+    Options = FsspecOptions
+    #: Bulk fsspec calls under ``<root>/raw-baseline`` for ``hicache-storage bench`` to compare with.
+    raw_baseline_class = RawFsspec
     capabilities = Capabilities(
         persistent=True,
         shared=True,
@@ -67,33 +68,26 @@ class FsspecBackend(HiCacheStorage):
         supports_list=True,
     )
 
-    @staticmethod
-    def raw_baseline(config: HiCacheStorageConfig) -> RawFsspec:
-        """Bulk fsspec calls under ``<root>/raw-baseline`` for ``hicache-storage bench`` to compare with."""
-        return RawFsspec.from_config(config)
-
     @classmethod
-    def capabilities_for(cls, options: Any) -> Capabilities:
+    def capabilities_for(cls, options: FsspecOptions) -> Capabilities:
         """An in-memory file system is seen by one process only."""
-        protocol = options.url.split("://", 1)[0] if "://" in options.url else "file"
-        return replace(cls.capabilities, shared=False) if protocol == "memory" else cls.capabilities
+        return replace(cls.capabilities, shared=False) if options.protocol == "memory" else cls.capabilities
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
-        options: FsspecOptions = self.options
+        options = self.options
         self.timeout_s = options.timeout_s or self.io_timeout_s
-        protocol = options.url.split("://", 1)[0] if "://" in options.url else "file"
-        storage_options = _with_client_defaults(protocol, dict(options.storage_options), self.timeout_s)
+        protocol = options.protocol
         try:
-            self.fs, root = fsspec.core.url_to_fs(options.url, **storage_options)
+            self.fs, root, storage_options = open_filesystem(options, self.timeout_s)
         except (ImportError, ValueError, TypeError) as error:
             raise ConfigError(
                 "extra_config.url", f"cannot open {redact_url(options.url)!r}: {type(error).__name__}: {error}"
             ) from None
         self.root = root.rstrip("/")
-        if protocol in _S3_PROTOCOLS and storage_options.get("skip_instance_cache"):
+        if protocol in S3_PROTOCOLS and storage_options.get("skip_instance_cache"):
             self.fs.retries = 1  # s3fs retries connection errors with backoff; the SDK's policy retries
-        if protocol in _S3_PROTOCOLS and options.check_bucket and self.root:
+        if protocol in S3_PROTOCOLS and options.check_bucket and self.root:
             self._check_bucket(self.root.split("/", 1)[0])
         self._fanout = options.fanout_chars
         self._async = bool(getattr(self.fs, "async_impl", False))
@@ -327,20 +321,6 @@ class FsspecBackend(HiCacheStorage):
 
     def __repr__(self) -> str:
         return f"<FsspecBackend {self.options!r} closed={self.closed}>"
-
-
-def _with_client_defaults(protocol: str, storage_options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """Bounded timeouts and no client-side retries for s3fs unless the caller chose otherwise."""
-    if protocol not in _S3_PROTOCOLS:
-        return storage_options
-    storage_options.setdefault("skip_instance_cache", True)  # own instance: its retry count is ours
-    storage_options.setdefault("use_listings_cache", False)
-    config = dict(storage_options.get("config_kwargs") or {})
-    config.setdefault("connect_timeout", timeout_s)
-    config.setdefault("read_timeout", timeout_s)
-    config.setdefault("retries", {"total_max_attempts": 1})
-    storage_options["config_kwargs"] = config
-    return storage_options
 
 
 def _size_of(info: dict[str, Any]) -> int | None:

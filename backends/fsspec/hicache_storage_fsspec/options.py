@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hicache_storage import ConfigError
+from hicache_storage.options import SECRET, secret_option_names
 from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["SECRET_STORAGE_OPTIONS", "FsspecOptions", "redact_url", "redacted_storage_options"]
@@ -51,8 +53,11 @@ class FsspecOptions(IntegrityOptions):
     (:class:`~hicache_storage.plugin.page_format.IntegrityOptions`).
     """
 
-    url: str
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    # Secret options (their values are never echoed in an error); the URL may carry user-info and
+    # storage_options credentials. Declared with the SECRET metadata key, as secret_option() does,
+    # because url is required and storage_options needs a default factory.
+    url: str = field(metadata={SECRET: True})
+    storage_options: dict[str, Any] = field(default_factory=dict, metadata={SECRET: True})
     fanout_chars: int = 2
     concurrency: int = 32
     write_mode: str = "auto"
@@ -73,13 +78,26 @@ class FsspecOptions(IntegrityOptions):
         if self.timeout_s is not None and not 0 < self.timeout_s <= 3600:
             raise ConfigError("extra_config.timeout_s", f"must be > 0 and <= 3600 seconds, got {self.timeout_s}")
 
+    @property
+    def protocol(self) -> str:
+        """The URL's scheme (``file`` for a bare path)."""
+        return self.url.split("://", 1)[0] if "://" in self.url else "file"
+
     def __repr__(self) -> str:
+        """The options with the secret ones redacted: user-info of the URL, credential-like storage options."""
+        secret = secret_option_names(type(self))
         shown = []
         for item in fields(self):
             value = getattr(self, item.name)
-            if item.name == "storage_options":
-                value = redacted_storage_options(value)
-            elif item.name == "url":
-                value = redact_url(value)
+            if item.name in secret:
+                value = _REDACTORS.get(item.name, _hidden)(value)
             shown.append(f"{item.name}={value!r}")
         return f"FsspecOptions({', '.join(shown)})"
+
+
+def _hidden(value: Any) -> Any:
+    return None if value is None else "***"
+
+
+#: How each secret option is shown in a repr (others: ``***``).
+_REDACTORS: dict[str, Callable[[Any], Any]] = {"url": redact_url, "storage_options": redacted_storage_options}

@@ -18,11 +18,11 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-import fsspec
 from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
-from hicache_storage import HiCacheStorageConfig
+from .filesystem import open_filesystem
+from .options import FsspecOptions
 
 __all__ = ["RAW_FOLDER", "RawFsspec"]
 
@@ -35,7 +35,7 @@ def _flat(buffer: memoryview) -> memoryview:
 
 
 class RawFsspec:
-    """fsspec bulk calls under ``<root>/raw-baseline/``; satisfies ``hicache_storage.cli.bench.RawClient``.
+    """fsspec bulk calls under ``<root>/raw-baseline/``; a :class:`~hicache_storage.plugin.RawBaseline`.
 
     ``close()`` removes that folder and everything in it.
     """
@@ -50,14 +50,9 @@ class RawFsspec:
             fs.makedirs(self.folder, exist_ok=True)
 
     @classmethod
-    def from_config(cls, config: HiCacheStorageConfig) -> RawFsspec:
-        """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
-        from .backend import FsspecBackend, _with_client_defaults  # (backend imports this module)
-
-        options, deadline = FsspecBackend.options_from_config(config)
-        protocol = options.url.split("://", 1)[0] if "://" in options.url else "file"
-        storage_options = _with_client_defaults(protocol, dict(options.storage_options), options.timeout_s or deadline)
-        fs, root = fsspec.core.url_to_fs(options.url, **storage_options)
+    def from_options(cls, options: FsspecOptions, timeout_s: float) -> RawFsspec:
+        """The filesystem the backend would open (``timeout_s`` of the options, else ``timeout_s``)."""
+        fs, root, _storage_options = open_filesystem(options, options.timeout_s or timeout_s)
         return cls(fs, root, options.concurrency)
 
     def path(self, key: str) -> str:

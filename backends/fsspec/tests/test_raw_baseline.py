@@ -53,7 +53,7 @@ def test_bench_reports_ratios_against_fsspec(kind: str, request: pytest.FixtureR
     assert result["raw"]["get"]["ok"] == 16
     assert all(result["ratio_ours_over_raw"][op] > 0 for op in ("set", "exists", "get"))
     print("fsspec", kind, result["ratio_ours_over_raw"])
-    raw = RawFsspec.from_config(make_config(extra_config=options))
+    raw = FsspecBackend.raw_baseline(make_config(extra_config=options))
     root = raw.folder.rsplit("/", 1)[0]
     assert not raw.fs.exists(raw.folder)
     assert files_under(raw, root) == []  # bench cleared the backend's pages too

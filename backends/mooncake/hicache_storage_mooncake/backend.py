@@ -37,38 +37,26 @@ restarted master (it holds no objects) never does. Writes without checksums are 
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import queue
 import threading
-import time
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
-import torch
 
 from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig, KeySpace
 from hicache_storage.batch_context import BatchContext
 from hicache_storage.page_buffers import PageBuffers
-from hicache_storage.resilience import current_deadline
 
+from .calls import DeadlineCalls
 from .client import OBJECT_NOT_FOUND, OUTAGE_CODES, CallGate, code_name, import_store, open_store
+from .memory import SlabArena, address, pool_tensors
 from .options import MooncakeOptions
 from .raw_baseline import RawMooncake
+from .raw_store import MooncakeRawStore
 from .record import HEADER_SIZE, RecordCheck, check_header, key_digest, pack_header, payload_checksum
 
-__all__ = [
-    "AUTO_STAGE_BELOW_SEGMENT_BYTES",
-    "HEADER_SLABS",
-    "STAGING_SLABS",
-    "MooncakeBackend",
-    "MooncakeRawStore",
-    "SlabArena",
-]
+__all__ = ["AUTO_STAGE_BELOW_SEGMENT_BYTES", "HEADER_SLABS", "STAGING_SLABS", "MooncakeBackend"]
 
 #: How long ``close()`` waits for calls in flight before giving up on closing the client.
 CLOSE_WAIT_S = 30.0
@@ -80,10 +68,6 @@ STAGING_SLABS = 4
 #: buffer of a multi-buffer transfer as a request of its own, at a fixed cost (about 25 µs here)
 #: that a copy of a smaller segment undercuts.
 AUTO_STAGE_BELOW_SEGMENT_BYTES = 256 << 10
-#: How long a call waits for a free header slab before failing (counted as a fault).
-SLAB_WAIT_S = 30.0
-#: Worker threads running Mooncake calls under a deadline (calls given up on keep theirs until they end).
-CALL_WORKERS = 8
 
 
 def _rounds(keys: Sequence[str]) -> list[list[int]]:
@@ -99,70 +83,7 @@ def _rounds(keys: Sequence[str]) -> list[list[int]]:
     return rounds
 
 
-def _address(segment: memoryview) -> int:
-    """Address of a segment's first byte (read-only views too)."""
-    try:  # writable buffers (host-pool pages): several times cheaper than going through numpy
-        return ctypes.addressof(ctypes.c_char.from_buffer(segment))
-    except TypeError:
-        return int(np.frombuffer(segment, np.uint8).__array_interface__["data"][0])
-
-
-class SlabArena:
-    """Registered memory lent out in slabs of ``per_slab`` items of ``item_bytes`` (one slab per call).
-
-    Calls running at once each hold their own slab, so they never share bytes; a call finding
-    no free slab within ``SLAB_WAIT_S`` fails with :class:`BackendFault`.
-    """
-
-    def __init__(self, slabs: int, per_slab: int, item_bytes: int, what: str) -> None:
-        self.per_slab = per_slab
-        self.item_bytes = item_bytes
-        self.what = what
-        self.slab_bytes = per_slab * item_bytes
-        self.tensor = torch.zeros(slabs * self.slab_bytes, dtype=torch.uint8)
-        self.base = int(self.tensor.data_ptr())
-        self.size = slabs * self.slab_bytes
-        self.array = self.tensor.numpy()
-        self.view = self.array.data.cast("B")
-        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
-        self._kept: set[int] = set()
-        self._kept_lock = threading.Lock()
-        for slab in range(slabs):
-            self._free.put(slab * self.slab_bytes)
-
-    @contextmanager
-    def slab(self) -> Iterator[int]:
-        """Offset of a slab reserved for the caller until the block ends (or, if :meth:`keep` was
-        called for it, until :meth:`give_back`)."""
-        timeout = SLAB_WAIT_S
-        deadline = current_deadline()
-        if deadline is not None:
-            timeout = max(0.0, min(timeout, deadline - time.monotonic()))
-        try:
-            offset = self._free.get(timeout=timeout)
-        except queue.Empty:
-            raise BackendFault(f"no free {self.what} slab within {timeout:.3f} s") from None
-        try:
-            yield offset
-        finally:
-            with self._kept_lock:
-                kept = offset in self._kept
-            if not kept:
-                self._free.put(offset)
-
-    def keep(self, offset: int) -> None:
-        """Hold the slab at ``offset`` past its block: a call given up on may still write into it."""
-        with self._kept_lock:
-            self._kept.add(offset)
-
-    def give_back(self, offset: int) -> None:
-        """Return a slab held by :meth:`keep`."""
-        with self._kept_lock:
-            self._kept.discard(offset)
-        self._free.put(offset)
-
-
-class MooncakeBackend(HiCacheStorage):
+class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
     """Pages in a Mooncake Store (see :class:`MooncakeOptions`).
 
     Construction sets up the client and raises :class:`BackendFault` naming the master when none
@@ -170,7 +91,9 @@ class MooncakeBackend(HiCacheStorage):
     over the stored objects (storage key → bytes, header included) for tools and tests.
     """
 
-    Options: ClassVar[type[Any]] = MooncakeOptions
+    Options = MooncakeOptions
+    #: Mooncake batch calls through a registered staging buffer for ``hicache-storage bench`` to compare with.
+    raw_baseline_class = RawMooncake
     capabilities = Capabilities(
         zero_copy=True,
         persistent=False,
@@ -182,13 +105,8 @@ class MooncakeBackend(HiCacheStorage):
         verifies_integrity=True,
     )
 
-    @staticmethod
-    def raw_baseline(config: HiCacheStorageConfig) -> RawMooncake:
-        """Mooncake batch calls through a registered staging buffer for ``hicache-storage bench`` to compare with."""
-        return RawMooncake.from_config(config)
-
     @classmethod
-    def capabilities_for(cls, options: Any) -> Capabilities:
+    def capabilities_for(cls, options: MooncakeOptions) -> Capabilities:
         """Without checksums payload corruption is not seen; staged transfers copy every page."""
         declared = cls.capabilities
         if not options.verify_checksum:  # key and length still checked
@@ -199,20 +117,19 @@ class MooncakeBackend(HiCacheStorage):
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
-        options: MooncakeOptions = self.options
+        options = self.options
         self.key_prefix = options.key_prefix
         self.verify_checksum = bool(options.verify_checksum)
         _, replicate_cls = import_store()
         self._replicate = replicate_cls()
         self._replicate.replica_num = options.replica_num
         self._gate = CallGate()
+        self._calls = DeadlineCalls(self._gate, lambda: self.stats.bump("mooncake_abandoned_calls"))
         self._store: Any = open_store(options, self.rpc_timeout_ms)
-        self._workers: ThreadPoolExecutor | None = None
         self._regions: list[tuple[int, int]] = []
         self._headers: SlabArena | None = None
         self._staging: SlabArena | None = None
         self._setup_lock = threading.Lock()
-        self._remove_pool: ThreadPoolExecutor | None = None
 
     @property
     def rpc_timeout_ms(self) -> int:
@@ -222,68 +139,14 @@ class MooncakeBackend(HiCacheStorage):
             return int(self.options.rpc_timeout_ms)
         return max(50, round(self.io_timeout_s * 400))
 
-    def _call(
-        self, what: str, function: Callable[..., Any], *args: Any, hold: tuple[SlabArena, int] | None = None
-    ) -> Any:
-        """``function(*args)`` on the client, inside the call gate; under a deadline on a worker thread,
-        waited for at most what is left of it (then :class:`BackendFault`; ``hold``'s slab stays
-        reserved until the call ends)."""
-        deadline = current_deadline()
-        if deadline is None:
-            with self._gate:
-                return function(*args)
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise BackendFault(f"Mooncake {what} not started: the call's deadline has passed")
-
-        def run() -> Any:
-            with self._gate:
-                return function(*args)
-
-        future = self._worker_pool().submit(run)
-        try:
-            return future.result(timeout=left)
-        except FutureTimeout:
-            self.stats.bump("mooncake_abandoned_calls")
-            if hold is not None:
-                arena, offset = hold
-                arena.keep(offset)
-                future.add_done_callback(lambda _done: arena.give_back(offset))
-            raise BackendFault(f"Mooncake {what} did not answer within the call's deadline") from None
-
-    def _gated(self, function: Callable[..., Any], *args: Any) -> Any:
-        with self._gate:
-            return function(*args)
-
-    def _wait_for(self, future: Future[Any], what: str, hold: tuple[SlabArena, int]) -> Any:
-        """The result of ``future`` (a client call on a helper thread), waited for within the call's deadline."""
-        deadline = current_deadline()
-        try:
-            return future.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            self.stats.bump("mooncake_abandoned_calls")
-            arena, offset = hold
-            arena.keep(offset)
-            future.add_done_callback(lambda _done: arena.give_back(offset))
-            raise BackendFault(f"Mooncake {what} did not answer within the call's deadline") from None
-
-    def _worker_pool(self) -> ThreadPoolExecutor:
-        pool = self._workers
-        if pool is None:
-            with self._setup_lock:
-                if self._workers is None:
-                    self._workers = ThreadPoolExecutor(max_workers=CALL_WORKERS, thread_name_prefix="hicache-mooncake")
-                pool = self._workers
-        return pool
-
     # ------------------------------------------------------------ set-up
     def on_register_pool(self, pool: Any, keyspace: KeySpace) -> None:
         """Register the pool's buffers, the header arena and staging slabs (sized for the largest page)."""
-        for tensor in _pool_tensors(pool):
+        for tensor in pool_tensors(pool):
             self._register(int(tensor.data_ptr()), int(tensor.numel() * tensor.element_size()))
         largest = max(keyspace.page_bytes, self._staging.item_bytes - HEADER_SIZE if self._staging else 0)
         record_bytes = HEADER_SIZE + largest
-        per_slab = max(1, int(self.options.staging_buffer_size) // STAGING_SLABS // record_bytes)
+        per_slab = max(1, self.options.size_of("staging_buffer_size") // STAGING_SLABS // record_bytes)
         with self._setup_lock:
             if self._headers is None:
                 arena = SlabArena(
@@ -296,16 +159,6 @@ class MooncakeBackend(HiCacheStorage):
                 staging = SlabArena(STAGING_SLABS, per_slab, record_bytes, "staging")
                 if self._register(staging.base, staging.size):
                     self._staging = staging
-
-    def _remover(self) -> ThreadPoolExecutor:
-        """The thread running a write's ``batch_remove`` while the caller prepares headers (built on first use)."""
-        pool = self._remove_pool
-        if pool is None:
-            with self._setup_lock:
-                if self._remove_pool is None:
-                    self._remove_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-mooncake-remove")
-                pool = self._remove_pool
-        return pool
 
     def _register(self, ptr: int, size: int) -> bool:
         if size <= 0:
@@ -329,7 +182,12 @@ class MooncakeBackend(HiCacheStorage):
 
     def raw_store(self) -> MooncakeRawStore:
         """Mapping storage key → stored object bytes, behind the backend's back (small objects only)."""
-        return MooncakeRawStore(self)
+        return MooncakeRawStore(self._store_call, self.mooncake_key, self._replicate)
+
+    def _store_call(self, method: str, *args: Any) -> Any:
+        """The client's ``method(*args)`` inside the call gate."""
+        with self._gate:
+            return getattr(self._store, method)(*args)
 
     # ------------------------------------------------------------ codes
     def _check(self, codes: Any, count: int, what: str) -> list[int]:
@@ -362,7 +220,7 @@ class MooncakeBackend(HiCacheStorage):
         sizes: list[list[int]] = []
         staged: list[int] = []
         for index, page in enumerate(pages):
-            page_ptrs = [_address(segment) for segment in page]
+            page_ptrs = [address(segment) for segment in page]
             page_sizes = [segment.nbytes for segment in page]
             if all(self._registered(p, s) for p, s in zip(page_ptrs, page_sizes, strict=True)):
                 direct.append(index)
@@ -455,7 +313,7 @@ class MooncakeBackend(HiCacheStorage):
         with arena.slab() as slab:
             # The remove waits on the master with the GIL released: hash and pack the headers meanwhile.
             store = self._store
-            removing = self._remover().submit(self._gated, store.batch_remove, names, True)
+            removing = self._calls.in_background(store.batch_remove, names, True)
             try:
                 all_ptrs: list[list[int]] = []
                 all_sizes: list[list[int]] = []
@@ -465,7 +323,7 @@ class MooncakeBackend(HiCacheStorage):
                     all_ptrs.append([arena.base + offset, *ptrs[n]])
                     all_sizes.append([HEADER_SIZE, *sizes[n]])
             finally:
-                removed_codes = self._wait_for(removing, "batch_remove", (arena, slab))
+                removed_codes = self._calls.wait_for(removing, "batch_remove", (arena, slab))
             removed = self._check(removed_codes, len(names), "batch_remove")
             # A key whose old object could not be removed is not put: put would keep the old value.
             todo = [n for n, code in enumerate(removed) if code in (0, OBJECT_NOT_FOUND)]
@@ -473,7 +331,7 @@ class MooncakeBackend(HiCacheStorage):
                 return out
             put_args = ([names[n] for n in todo], [all_ptrs[n] for n in todo], [all_sizes[n] for n in todo])
             if self.verify_checksum:
-                put = self._call(
+                put = self._calls.call(
                     "batch_put_from_multi_buffers",
                     store.batch_put_from_multi_buffers,
                     *put_args,
@@ -510,7 +368,7 @@ class MooncakeBackend(HiCacheStorage):
                     chunk_ptrs.append(arena.base + start)
                     chunk_sizes.append(offset - start)
                 codes = self._check(
-                    self._call(
+                    self._calls.call(
                         "batch_upsert_from",
                         self._store.batch_upsert_from,
                         [mkeys[i] for i in chunk],
@@ -539,7 +397,7 @@ class MooncakeBackend(HiCacheStorage):
             all_ptrs = [[arena.base + slab + n * HEADER_SIZE, *ptrs[n]] for n in range(len(names))]
             all_sizes = [[HEADER_SIZE, *sizes[n]] for n in range(len(names))]
             codes = self._check(
-                self._call(
+                self._calls.call(
                     "batch_get_into_multi_buffers",
                     self._store.batch_get_into_multi_buffers,
                     names,
@@ -572,7 +430,7 @@ class MooncakeBackend(HiCacheStorage):
                 totals = [HEADER_SIZE + sum(segment.nbytes for segment in pages[index]) for index in chunk]
                 starts = [slab + sum(totals[:n]) for n in range(len(chunk))]
                 codes = self._check(
-                    self._call(
+                    self._calls.call(
                         "batch_get_into",
                         self._store.batch_get_into,
                         [mkeys[i] for i in chunk],
@@ -599,7 +457,7 @@ class MooncakeBackend(HiCacheStorage):
         """``batch_is_exist``: 1 is a hit; 0 and errors are misses."""
         names = [self.mooncake_key(key) for key in keys]
         codes = self._check(
-            self._call("batch_is_exist", self._store.batch_is_exist, names), len(keys), "batch_is_exist"
+            self._calls.call("batch_is_exist", self._store.batch_is_exist, names), len(keys), "batch_is_exist"
         )
         return [code == 1 for code in codes]
 
@@ -607,7 +465,7 @@ class MooncakeBackend(HiCacheStorage):
         """``batch_remove(force=True)``; a key already absent counts as deleted."""
         names = [self.mooncake_key(key) for key in keys]
         codes = self._check(
-            self._call("batch_remove", self._store.batch_remove, names, True), len(keys), "batch_remove"
+            self._calls.call("batch_remove", self._store.batch_remove, names, True), len(keys), "batch_remove"
         )
         return [code in (0, OBJECT_NOT_FOUND) for code in codes]
 
@@ -627,10 +485,7 @@ class MooncakeBackend(HiCacheStorage):
         if not self._gate.shut(CLOSE_WAIT_S):
             self.stats.bump("mooncake_close_abandoned")
             return
-        if self._remove_pool is not None:
-            self._remove_pool.shutdown(wait=True)
-        if self._workers is not None:
-            self._workers.shutdown(wait=True)
+        self._calls.shutdown()
         store, self._store = self._store, None
         if store is None:
             return
@@ -638,52 +493,3 @@ class MooncakeBackend(HiCacheStorage):
             store.unregister_buffer(begin)
         self._regions.clear()
         store.close()
-
-
-class MooncakeRawStore(MutableMapping[str, bytes]):
-    """Stored objects by storage key, through the backend's client (byte calls: small objects only).
-
-    Mooncake cannot list keys, so iteration and ``len`` raise :class:`TypeError`.
-    """
-
-    def __init__(self, backend: MooncakeBackend) -> None:
-        self._backend = backend
-
-    def _call(self, method: str, *args: Any) -> Any:
-        with self._backend._gate:
-            return getattr(self._backend._store, method)(*args)
-
-    def __getitem__(self, key: str) -> bytes:
-        name = self._backend.mooncake_key(key)
-        if int(self._call("get_size", name)) < 0:
-            raise KeyError(key)
-        return bytes(self._call("get", name))
-
-    def __setitem__(self, key: str, value: bytes) -> None:
-        code = int(self._call("upsert", self._backend.mooncake_key(key), bytes(value), self._backend._replicate))
-        if code != 0:
-            raise BackendFault(f"Mooncake upsert failed with code {code}")
-
-    def __delitem__(self, key: str) -> None:
-        code = int(self._call("remove", self._backend.mooncake_key(key), True))
-        if code == OBJECT_NOT_FOUND:
-            raise KeyError(key)
-        if code != 0:
-            raise BackendFault(f"Mooncake remove failed with code {code}")
-
-    def __iter__(self) -> Iterator[str]:
-        raise TypeError("a Mooncake Store cannot list its keys")
-
-    def __len__(self) -> int:
-        raise TypeError("a Mooncake Store cannot count its keys")
-
-
-def _pool_tensors(pool: Any) -> list[Any]:
-    """The tensors holding a host pool's pages: ``kv_buffer`` (KV pools), Mamba's temporal and conv buffers."""
-    found: list[Any] = []
-    for name in ("kv_buffer", "temporal_buffer", "conv_buffer"):
-        value = getattr(pool, name, None)
-        if value is None:
-            continue
-        found.extend(value if isinstance(value, (list, tuple)) else [value])
-    return [tensor for tensor in found if hasattr(tensor, "data_ptr")]

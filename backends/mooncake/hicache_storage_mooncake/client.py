@@ -91,8 +91,8 @@ def open_store(options: MooncakeOptions, rpc_timeout_ms: int | None = None) -> A
     code = store.setup(
         str(options.local_hostname),
         str(options.metadata_server),
-        int(options.global_segment_size),  # type: ignore[arg-type]
-        int(options.local_buffer_size),  # type: ignore[arg-type]
+        options.size_of("global_segment_size"),
+        options.size_of("local_buffer_size"),
         str(options.protocol),
         str(options.device_name),
         str(options.master_server_address),

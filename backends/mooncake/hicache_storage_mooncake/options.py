@@ -137,9 +137,9 @@ class MooncakeOptions:
             raise ConfigError(
                 "extra_config.key_prefix", f"allowed characters are [A-Za-z0-9._:/-], got {self.key_prefix!r}"
             )
-        if int(self.local_buffer_size or 0) <= 0:  # type: ignore[arg-type]
+        if self.size_of("local_buffer_size") <= 0:
             raise ConfigError("extra_config.local_buffer_size", "must be > 0")
-        if int(self.staging_buffer_size) <= 0:  # type: ignore[arg-type]
+        if self.size_of("staging_buffer_size") <= 0:
             raise ConfigError("extra_config.staging_buffer_size", "must be > 0")
         if not isinstance(self.verify_checksum, bool):
             raise ConfigError("extra_config.verify_checksum", f"expected true or false, got {self.verify_checksum!r}")
@@ -165,6 +165,13 @@ class MooncakeOptions:
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError("extra_config.master_server_address", f"expected 'host:port', got {address!r}")
+
+    def size_of(self, name: str) -> int:
+        """The size option ``name`` in bytes (``__post_init__`` has turned every size option into an int)."""
+        value = getattr(self, name)
+        if not isinstance(value, int):
+            raise TypeError(f"{name} is not a size option")
+        return value
 
     @property
     def bind_host(self) -> str:

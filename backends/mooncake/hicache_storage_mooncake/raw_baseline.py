@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from hicache_storage import BackendFault, HiCacheStorageConfig
+from hicache_storage import BackendFault
 
 from .client import import_store, open_store
 from .options import MooncakeOptions
@@ -44,7 +44,7 @@ def _flat(buffer: memoryview) -> memoryview:
 
 
 class RawMooncake:
-    """Mooncake batch calls through a registered staging buffer; satisfies ``hicache_storage.cli.bench.RawClient``.
+    """Mooncake batch calls through a registered staging buffer; a :class:`~hicache_storage.plugin.RawBaseline`.
 
     Not thread-safe: one call at a time. ``close()`` removes every object this client wrote,
     unregisters the staging buffer and closes the store.
@@ -55,7 +55,7 @@ class RawMooncake:
         self._replicate = replicate_cls()
         self._replicate.replica_num = options.replica_num
         self.prefix = options.key_prefix + RAW_PREFIX
-        self._staging = np.empty(int(options.staging_buffer_size), dtype=np.uint8)
+        self._staging = np.empty(options.size_of("staging_buffer_size"), dtype=np.uint8)
         self._staging.fill(0)  # fault the pages in now, not in the first timed call
         self._base = int(self._staging.ctypes.data)
         self.store: Any = open_store(options)
@@ -66,11 +66,8 @@ class RawMooncake:
         self._written: set[str] = set()
 
     @classmethod
-    def from_config(cls, config: HiCacheStorageConfig) -> RawMooncake:
-        """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
-        from .backend import MooncakeBackend  # the backend's own option handling (backend imports this module)
-
-        options, _timeout = MooncakeBackend.options_from_config(config)
+    def from_options(cls, options: MooncakeOptions, timeout_s: float) -> RawMooncake:
+        """A client of the backend's store; it keeps Mooncake's own RPC timeout (``timeout_s`` is not used)."""
         return cls(options)
 
     def key(self, key: str) -> str:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from hicache_storage_mooncake import MooncakeBackend, MooncakeOptions
-from hicache_storage_mooncake.backend import _address
 from hicache_storage_mooncake.client import INSTALL_HINT
+from hicache_storage_mooncake.memory import address
 from hicache_storage_mooncake.options import parse_size
 from hicache_storage_mooncake.record import FLAG_UNHASHED, HEADER_SIZE, MAGIC, key_digest, payload_checksum
 from mooncake_support import PAGE_SIZE, client_options, ctl, indices, keys_for, make_pool, page_bytes
@@ -30,8 +30,8 @@ def test_segment_addresses_of_writable_and_read_only_views() -> None:
     writable = memoryview(data)[100:4100]
     read_only = memoryview(bytes(data))[100:4100]
     for view in (writable, read_only, writable.toreadonly()):
-        assert _address(view) == np.frombuffer(view, np.uint8).ctypes.data
-    assert _address(writable) == _address(writable.toreadonly())
+        assert address(view) == np.frombuffer(view, np.uint8).ctypes.data
+    assert address(writable) == address(writable.toreadonly())
 
 
 def test_options_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:

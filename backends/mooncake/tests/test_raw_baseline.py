@@ -42,7 +42,7 @@ def test_round_trip_exists_and_close(mooncake: None) -> None:
             raw.set(["big"], pages(1, 8193))
     finally:
         raw.close()
-    check = RawMooncake.from_config(make_config(extra_config=options))
+    check = MooncakeBackend.raw_baseline(make_config(extra_config=options))
     try:
         assert check.exists(keys) == [False] * 5
     finally:
@@ -57,7 +57,7 @@ def test_bench_reports_ratios_against_raw_store_calls(mooncake: None) -> None:
     assert result["raw"]["get"]["ok"] == 16
     assert all(result["ratio_ours_over_raw"][op] > 0 for op in ("set", "exists", "get"))
     print("mooncake", result["ratio_ours_over_raw"])
-    raw = RawMooncake.from_config(make_config(extra_config=options))
+    raw = MooncakeBackend.raw_baseline(make_config(extra_config=options))
     try:
         assert raw.store.remove_by_regex("^" + re.escape(raw.prefix), True) == 0  # the baseline left nothing
         assert raw.store.remove_by_regex("^" + re.escape(options["key_prefix"]), True) == 0  # bench cleared its pages

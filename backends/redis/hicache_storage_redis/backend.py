@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any
 
 from redis.exceptions import ResponseError
 
@@ -30,7 +30,7 @@ from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, rec
 from hicache_storage.resilience import current_deadline, time_left
 
 from .client import build_client
-from .options import RedisOptions, check_secret_types
+from .options import RedisOptions
 from .raw_baseline import RawRedis
 from .raw_store import RedisRawStore, glob_escape
 from .wire import Budget, Filled, GroupResult, command, get_pages, run_commands, set_pages
@@ -48,7 +48,7 @@ _REDIRECT_CODES = frozenset({"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"})
 _PAGE_KEY = re.compile(r"hc[0-9]+-[0-9a-f]{20}\.[A-Za-z0-9_][A-Za-z0-9._-]*")
 
 
-class RedisBackend(HiCacheStorage):
+class RedisBackend(HiCacheStorage[RedisOptions]):
     """Pages as Redis strings under ``key_prefix`` (see :class:`RedisOptions`).
 
     Construction never contacts the server, so an engine can start while Redis is down; the client
@@ -56,7 +56,9 @@ class RedisBackend(HiCacheStorage):
     stored records (storage key → bytes) for tools and tests.
     """
 
-    Options: ClassVar[type[Any]] = RedisOptions
+    Options = RedisOptions
+    #: redis-py pipelines under ``<key_prefix>raw-baseline/`` for ``hicache-storage bench`` to compare with.
+    raw_baseline_class = RawRedis
     capabilities = Capabilities(
         persistent=True,
         shared=True,
@@ -68,24 +70,16 @@ class RedisBackend(HiCacheStorage):
     )
 
     @classmethod
-    def capabilities_for(cls, options: Any) -> Capabilities:
+    def capabilities_for(cls, options: RedisOptions) -> Capabilities:
         """With ``ttl_s`` every written page expires on its own (Redis ``PX``)."""
         return replace(cls.capabilities, ttl=True) if options.ttl_s is not None else cls.capabilities
 
-    @staticmethod
-    def raw_baseline(config: HiCacheStorageConfig) -> RawRedis:
-        """redis-py pipelines under ``<key_prefix>raw-baseline/`` for ``hicache-storage bench`` to compare with."""
-        return RawRedis.from_config(config)
-
     def __init__(self, config: HiCacheStorageConfig) -> None:
-        extra = getattr(config, "extra_config", None)
-        if isinstance(extra, dict):  # anything else is refused by the base class, naming extra_config
-            check_secret_types(extra)
         super().__init__(config)
-        options: RedisOptions = self.options
+        options = self.options
         self.timeout_s = options.socket_timeout_s or self.io_timeout_s
         self.key_prefix = options.key_prefix
-        self._ttl_ms = None if options.ttl_s is None else max(1, round(options.ttl_s * 1000))
+        self._ttl_ms = options.ttl_ms
         self._chunk = options.pipeline_pages
         self._hash_ahead = options.hashes_ahead
         self._codec = record_codec(options)

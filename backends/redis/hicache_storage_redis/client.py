@@ -6,6 +6,7 @@ socket and connect timeouts set, so a call made while the server is down returns
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -20,6 +21,8 @@ __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_client", "client_kwargs"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6379
+#: ``ClusterNode(host, port)``: redis-py leaves its ``__init__`` unannotated, this is the signature used here.
+_cluster_node: Callable[[str, int], ClusterNode] = ClusterNode
 
 
 def client_kwargs(options: RedisOptions, timeout_s: float) -> dict[str, Any]:
@@ -54,14 +57,14 @@ def build_client(options: RedisOptions, timeout_s: float) -> Any:
         return redis.Redis(
             host=options.host or DEFAULT_HOST, port=options.port or DEFAULT_PORT, db=options.db, **kwargs
         )
-    nodes = [ClusterNode(*parse_node(node, "extra_config.nodes")) for node in options.nodes or []]
+    nodes = [_cluster_node(*parse_node(node, "extra_config.nodes")) for node in options.nodes or []]
     if options.url is not None:
         parts = urlsplit(options.url)
-        nodes.insert(0, ClusterNode(parts.hostname or DEFAULT_HOST, parts.port or DEFAULT_PORT))
+        nodes.insert(0, _cluster_node(parts.hostname or DEFAULT_HOST, parts.port or DEFAULT_PORT))
         if options.username is None and parts.username:
             kwargs["username"] = unquote(parts.username)
         if options.password is None and parts.password:
             kwargs["password"] = unquote(parts.password)
     elif options.host is not None or not nodes:
-        nodes.insert(0, ClusterNode(options.host or DEFAULT_HOST, options.port or DEFAULT_PORT))
+        nodes.insert(0, _cluster_node(options.host or DEFAULT_HOST, options.port or DEFAULT_PORT))
     return RedisCluster(startup_nodes=nodes, require_full_coverage=True, **kwargs)

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
 from urllib.parse import urlsplit
 
 from hicache_storage import ConfigError
+from hicache_storage.options import secret_option, secret_option_names
 from hicache_storage.plugin.page_format import IntegrityOptions
 
-__all__ = ["HASH_AHEAD_MIN_CPUS", "SECRET_OPTIONS", "RedisOptions", "check_secret_types", "parse_node", "redact_url"]
+__all__ = ["HASH_AHEAD_MIN_CPUS", "RedisOptions", "parse_node", "redact_url"]
 
-#: Options whose values never appear in a repr, a log line or an error message.
-SECRET_OPTIONS = ("password", "url")
 #: ``hash_ahead: null`` uses the helper thread only with this many usable CPUs: with fewer, the
 #: helper takes the core a local server or the sender needs, and hashing each page just before
 #: sending it (which also leaves the page in cache for the socket copy) measured faster.
@@ -53,14 +50,6 @@ def parse_node(text: str, option: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def check_secret_types(values: Mapping[str, Any]) -> None:
-    """Reject a secret option of the wrong type without echoing its value."""
-    for name in SECRET_OPTIONS:
-        value = values.get(name)
-        if value is not None and not isinstance(value, str):
-            raise ConfigError(f"extra_config.{name}", f"expected a str, got {type(value).__name__} (value not shown)")
-
-
 @dataclass(frozen=True, repr=False)
 class RedisOptions(IntegrityOptions):
     """Where the server is, how to authenticate, and how pages are stored (see docs/backends/redis.md).
@@ -78,12 +67,12 @@ class RedisOptions(IntegrityOptions):
     (:class:`~hicache_storage.plugin.page_format.IntegrityOptions`).
     """
 
-    url: str | None = None
+    url: str | None = secret_option()
     host: str | None = None
     port: int | None = None
     db: int = 0
     username: str | None = None
-    password: str | None = None
+    password: str | None = secret_option()
     ssl: bool = False
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
@@ -162,17 +151,22 @@ class RedisOptions(IntegrityOptions):
         return usable_cpus() >= HASH_AHEAD_MIN_CPUS
 
     @property
+    def ttl_ms(self) -> int | None:
+        """``ttl_s`` as Redis ``PX`` milliseconds (at least 1), ``None`` for no expiry."""
+        return None if self.ttl_s is None else max(1, round(self.ttl_s * 1000))
+
+    @property
     def uses_tls(self) -> bool:
         """Whether connections use TLS (``rediss://`` or ``ssl: true``)."""
         return self.ssl or (self.url is not None and self.url.startswith("rediss://"))
 
     def __repr__(self) -> str:
+        """The options with the secret ones (``url``, ``password``) redacted: a URL keeps all but its user-info."""
+        secret = secret_option_names(type(self))
         shown = []
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.name == "password" and value is not None:
-                value = "***"
-            elif field.name == "url" and value is not None:
-                value = redact_url(value)
+            if field.name in secret and value is not None:
+                value = redact_url(value) if field.name == "url" else "***"
             shown.append(f"{field.name}={value!r}")
         return f"RedisOptions({', '.join(shown)})"

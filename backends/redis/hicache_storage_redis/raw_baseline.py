@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hicache_storage import HiCacheStorageConfig
-
 from .client import build_client
-from .options import check_secret_types
+from .options import RedisOptions
 
 __all__ = ["RAW_PREFIX", "RawRedis"]
 
@@ -30,7 +28,7 @@ def _flat(buffer: memoryview) -> memoryview:
 
 
 class RawRedis:
-    """redis-py pipelines under ``<key_prefix>raw-baseline/``; satisfies ``hicache_storage.cli.bench.RawClient``.
+    """redis-py pipelines under ``<key_prefix>raw-baseline/``; a :class:`~hicache_storage.plugin.RawBaseline`.
 
     Not thread-safe: one call at a time. ``close()`` deletes every key this client wrote.
     """
@@ -42,14 +40,9 @@ class RawRedis:
         self._written: set[str] = set()
 
     @classmethod
-    def from_config(cls, config: HiCacheStorageConfig) -> RawRedis:
-        """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
-        from .backend import RedisBackend  # the backend's own option handling (backend imports this module)
-
-        check_secret_types(dict(config.extra_config or {}))
-        options, deadline = RedisBackend.options_from_config(config)
-        ttl_ms = None if options.ttl_s is None else max(1, round(options.ttl_s * 1000))
-        return cls(build_client(options, options.socket_timeout_s or deadline), options.key_prefix, ttl_ms)
+    def from_options(cls, options: RedisOptions, timeout_s: float) -> RawRedis:
+        """The client the backend would build (``socket_timeout_s``, else ``timeout_s``), same ``ttl_s``."""
+        return cls(build_client(options, options.socket_timeout_s or timeout_s), options.key_prefix, options.ttl_ms)
 
     def key(self, key: str) -> str:
         """The Redis key the raw client uses for ``key``."""

@@ -47,7 +47,7 @@ def test_round_trip_exists_and_close(options: dict[str, Any]) -> None:
 
 
 def test_ttl_applies_to_raw_writes(redis_url: str) -> None:
-    raw = RawRedis.from_config(make_config(extra_config={"url": redis_url, "key_prefix": "t-ttl:", "ttl_s": 60}))
+    raw = RedisBackend.raw_baseline(make_config(extra_config={"url": redis_url, "key_prefix": "t-ttl:", "ttl_s": 60}))
     try:
         raw.set(["k"], pages(1, 64))
         assert 0 < raw.client.pttl(raw.key("k")) <= 60_000
@@ -64,7 +64,7 @@ def test_bench_reports_ratios_against_redis_py(options: dict[str, Any]) -> None:
         assert all(result["ratio_ours_over_raw"][op] > 0 for op in ("set", "exists", "get"))
         print("redis" + (" cluster" if options.get("cluster") else ""), result["ratio_ours_over_raw"])
     finally:
-        raw = RawRedis.from_config(make_config(extra_config=options))
+        raw = RedisBackend.raw_baseline(make_config(extra_config=options))
         leftover = list(raw.client.scan_iter(match=f"{options['key_prefix']}*"))
         for key in leftover:
             raw.client.delete(key)
@@ -73,7 +73,7 @@ def test_bench_reports_ratios_against_redis_py(options: dict[str, Any]) -> None:
 
 
 def test_server_down_raises_from_the_raw_client() -> None:
-    raw = RawRedis.from_config(make_config(extra_config={"url": "redis://127.0.0.1:1/0", "socket_timeout_s": 0.5}))
+    raw = RedisBackend.raw_baseline(make_config(extra_config={"url": "redis://127.0.0.1:1/0", "socket_timeout_s": 0.5}))
     try:
         with pytest.raises(redis.ConnectionError):
             raw.exists(["k"])

@@ -19,13 +19,10 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
-import boto3
 import xxhash
-from botocore.config import Config
 from botocore.exceptions import ClientError, NoCredentialsError
-from botocore.handlers import add_expect_header
 from urllib3.util import Timeout
 
 from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
@@ -34,10 +31,10 @@ from hicache_storage.listing import StoredPage
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
 from hicache_storage.resilience import current_deadline, deadline_scope
 
-from .options import S3Options, check_secret_types
+from .client import NOT_FOUND_CODES, make_client, not_found
+from .options import S3Options
 from .raw_baseline import RawS3
 from .raw_store import S3RawStore
-from .redaction import protect_secrets
 
 __all__ = ["DEFAULT_TIMEOUT_S", "S3Backend"]
 
@@ -46,11 +43,10 @@ T = TypeVar("T")
 
 #: I/O timeout when neither ``timeout_s`` nor a resilience deadline is configured.
 DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
-_NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
 _DELETE_BATCH = 1000
 
 
-class S3Backend(HiCacheStorage):
+class S3Backend(HiCacheStorage[S3Options]):
     """Pages as S3 objects below ``s3://<bucket>/<prefix>/`` (see :class:`S3Options`).
 
     Construction checks that the bucket exists (``check_bucket``): a missing bucket or refused
@@ -58,7 +54,9 @@ class S3Backend(HiCacheStorage):
     before the storage service), later calls are then misses / ``False``.
     """
 
-    Options: ClassVar[type[Any]] = S3Options
+    Options = S3Options
+    #: boto3 calls under ``<prefix>/raw-baseline/`` for ``hicache-storage bench`` to compare with.
+    raw_baseline_class = RawS3
     capabilities = Capabilities(
         persistent=True,
         shared=True,
@@ -68,23 +66,15 @@ class S3Backend(HiCacheStorage):
         supports_list=True,
     )
 
-    @staticmethod
-    def raw_baseline(config: HiCacheStorageConfig) -> RawS3:
-        """boto3 calls under ``<prefix>/raw-baseline/`` for ``hicache-storage bench`` to compare with."""
-        return RawS3.from_config(config)
-
     def __init__(self, config: HiCacheStorageConfig) -> None:
-        extra = getattr(config, "extra_config", None)
-        if isinstance(extra, dict):  # anything else is refused by the base class, naming extra_config
-            check_secret_types(extra)
         super().__init__(config)
-        options: S3Options = self.options
+        options = self.options
         self.timeout_s = options.timeout_s or self.io_timeout_s
         self.bucket = options.bucket
         self.root = options.root
         self._fanout = options.fanout_chars
         self._codec = record_codec(options)
-        self._client = _make_client(options, self.timeout_s)
+        self._client = make_client(options, self.timeout_s)
         _bound_requests_by_deadline(self._client, self.timeout_s)
         self._pool = ThreadPoolExecutor(max_workers=options.max_workers, thread_name_prefix="hicache-s3")
         self._key_pattern = re.compile(
@@ -223,7 +213,7 @@ class S3Backend(HiCacheStorage):
         try:
             response = self._client.get_object(Bucket=self.bucket, Key=self.object_key(key))
         except ClientError as error:
-            if _not_found(error):
+            if not_found(error):
                 return False
             raise
         body = response["Body"]
@@ -255,7 +245,7 @@ class S3Backend(HiCacheStorage):
             try:
                 response = self._client.head_object(Bucket=self.bucket, Key=self.object_key(keys[index]))
             except ClientError as error:
-                if _not_found(error):
+                if not_found(error):
                     return False
                 raise
             return int(response.get("ContentLength", -1)) == want
@@ -273,7 +263,7 @@ class S3Backend(HiCacheStorage):
         response = self._client.delete_objects(
             Bucket=self.bucket, Delete={"Objects": [{"Key": name} for name in names], "Quiet": True}
         )
-        return {item["Key"] for item in response.get("Errors", ()) if item.get("Code") not in _NOT_FOUND}
+        return {item["Key"] for item in response.get("Errors", ()) if item.get("Code") not in NOT_FOUND_CODES}
 
     def clear_pages(self, prefixes: Sequence[str] | None) -> None:
         """Delete the page objects of the key spaces ``prefixes`` under the prefix (``None``: of every key
@@ -293,45 +283,6 @@ class S3Backend(HiCacheStorage):
 
     def __repr__(self) -> str:
         return f"<S3Backend {self.options!r} closed={self.closed}>"
-
-
-def _make_client(options: S3Options, timeout_s: float) -> Any:
-    session = boto3.session.Session(
-        aws_access_key_id=options.aws_access_key_id,
-        aws_secret_access_key=options.aws_secret_access_key,
-        aws_session_token=options.aws_session_token,
-        region_name=options.region,
-        profile_name=options.profile,
-    )
-    s3_config: dict[str, Any] = {}
-    if options.addressing_style is not None:
-        s3_config["addressing_style"] = options.addressing_style
-    config = Config(
-        connect_timeout=timeout_s,
-        read_timeout=timeout_s,
-        retries={"total_max_attempts": 1},
-        max_pool_connections=options.max_workers,
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-        s3=s3_config or None,
-    )
-    client = session.client("s3", endpoint_url=options.endpoint_url, config=config)
-    # botocore sends PUT bodies after an ``Expect: 100-continue`` round trip, and waits a fixed second
-    # for the 100 when the server is slow or hung: a page is small, send it with the request.
-    client.meta.events.unregister("before-call.s3", add_expect_header)
-    credentials = session.get_credentials()
-    frozen = credentials.get_frozen_credentials() if credentials is not None else None
-    protect_secrets(
-        options.aws_secret_access_key,
-        options.aws_session_token,
-        frozen.secret_key if frozen else None,
-        frozen.token if frozen else None,
-    )
-    return client
-
-
-def _not_found(error: ClientError) -> bool:
-    return str(error.response.get("Error", {}).get("Code", "")) in _NOT_FOUND
 
 
 def _bound_requests_by_deadline(client: Any, cap: float) -> None:

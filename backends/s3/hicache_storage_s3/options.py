@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
 
 from hicache_storage import ConfigError
+from hicache_storage.options import secret_option, secret_option_names
 from hicache_storage.plugin.page_format import IntegrityOptions
 
-__all__ = ["SECRET_OPTIONS", "S3Options", "check_secret_types"]
+__all__ = ["S3Options"]
 
-#: Options whose values never appear in a repr, a log line or an error message.
-SECRET_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _IPV4 = re.compile(r"\d+\.\d+\.\d+\.\d+")
 _PREFIX = re.compile(r"[A-Za-z0-9!_.*'()/-]*")
-
-
-def check_secret_types(values: Mapping[str, Any]) -> None:
-    """Reject a credential option of the wrong type without echoing its value."""
-    for name in SECRET_OPTIONS:
-        value = values.get(name)
-        if value is not None and not isinstance(value, str):
-            raise ConfigError(f"extra_config.{name}", f"expected a str, got {type(value).__name__} (value not shown)")
 
 
 @dataclass(frozen=True, repr=False)
@@ -47,9 +36,9 @@ class S3Options(IntegrityOptions):
     endpoint_url: str | None = None
     region: str | None = None
     profile: str | None = None
-    aws_access_key_id: str | None = None
-    aws_secret_access_key: str | None = None
-    aws_session_token: str | None = None
+    aws_access_key_id: str | None = secret_option()
+    aws_secret_access_key: str | None = secret_option()
+    aws_session_token: str | None = secret_option()
     addressing_style: str | None = None
     max_workers: int = 16
     fanout_chars: int = 2
@@ -90,8 +79,10 @@ class S3Options(IntegrityOptions):
         return self.prefix.strip("/")
 
     def __repr__(self) -> str:
+        """The options with the credentials (the :func:`~hicache_storage.options.secret_option` fields) as ``***``."""
+        secret = secret_option_names(type(self))
         shown = []
         for field in fields(self):
             value = getattr(self, field.name)
-            shown.append(f"{field.name}={'***' if field.name in SECRET_OPTIONS and value is not None else repr(value)}")
+            shown.append(f"{field.name}={'***' if field.name in secret and value is not None else repr(value)}")
         return f"S3Options({', '.join(shown)})"

@@ -17,15 +17,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from hicache_storage import HiCacheStorageConfig
-
-from .options import check_secret_types
+from .client import make_client, not_found
+from .options import S3Options
 
 __all__ = ["RAW_FOLDER", "RawS3"]
 
 #: Folder under ``prefix`` holding every object the raw client writes.
 RAW_FOLDER = "raw-baseline"
-_NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
 _DELETE_BATCH = 1000
 
 
@@ -33,12 +31,8 @@ def _flat(buffer: memoryview) -> memoryview:
     return buffer if buffer.format == "B" and buffer.ndim == 1 else buffer.cast("B")
 
 
-def _not_found(error: ClientError) -> bool:
-    return str(error.response.get("Error", {}).get("Code", "")) in _NOT_FOUND
-
-
 class RawS3:
-    """boto3 calls under ``<prefix>/raw-baseline/``; satisfies ``hicache_storage.cli.bench.RawClient``.
+    """boto3 calls under ``<prefix>/raw-baseline/``; a :class:`~hicache_storage.plugin.RawBaseline`.
 
     ``close()`` deletes every object this client wrote, then closes the client.
     """
@@ -51,13 +45,9 @@ class RawS3:
         self._written: set[str] = set()
 
     @classmethod
-    def from_config(cls, config: HiCacheStorageConfig) -> RawS3:
-        """The raw client for the backend options in ``config.extra_config`` (validated as the backend does)."""
-        from .backend import S3Backend, _make_client  # the backend's own handling (backend imports this module)
-
-        check_secret_types(dict(config.extra_config or {}))
-        options, deadline = S3Backend.options_from_config(config)
-        client = _make_client(options, options.timeout_s or deadline)
+    def from_options(cls, options: S3Options, timeout_s: float) -> RawS3:
+        """The client the backend would build (``timeout_s`` of the options, else ``timeout_s``)."""
+        client = make_client(options, options.timeout_s or timeout_s)
         return cls(client, options.bucket, options.root, options.max_workers)
 
     def key(self, key: str) -> str:
@@ -80,7 +70,7 @@ class RawS3:
             try:
                 response = self.client.get_object(Bucket=self.bucket, Key=self.folder + item[0])
             except ClientError as error:
-                if _not_found(error):
+                if not_found(error):
                     return False
                 raise
             value = response["Body"].read()
@@ -97,7 +87,7 @@ class RawS3:
             try:
                 self.client.head_object(Bucket=self.bucket, Key=self.folder + key)
             except ClientError as error:
-                if _not_found(error):
+                if not_found(error):
                     return False
                 raise
             return True

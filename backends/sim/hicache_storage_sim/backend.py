@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
 
 from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig
 from hicache_storage.batch_context import BatchContext
@@ -27,14 +26,14 @@ from .store import RawStore, SimStore, drop_store, open_store
 __all__ = ["SimBackend"]
 
 
-class SimBackend(HiCacheStorage):
+class SimBackend(HiCacheStorage[SimOptions]):
     """Simulated storage (see :class:`SimOptions`). Thread-safe.
 
     Capabilities follow the options: ``persistent``/``shared`` with a named ``store``,
     ``may_evict`` with ``capacity_bytes``, ``verifies_integrity`` unless ``keys_only``.
     """
 
-    Options: ClassVar[type[Any]] = SimOptions
+    Options = SimOptions
     capabilities = Capabilities(
         zero_copy=True,
         supports_delete=True,
@@ -45,7 +44,7 @@ class SimBackend(HiCacheStorage):
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
-        options: SimOptions = self.options
+        options = self.options
         self.cost = CostModel.from_options(options)
         self._sleep = options.sleep
         self._keys_only = options.keys_only
@@ -60,7 +59,7 @@ class SimBackend(HiCacheStorage):
         self.last_call_seconds = 0.0
 
     @classmethod
-    def capabilities_for(cls, options: Any) -> Capabilities:
+    def capabilities_for(cls, options: SimOptions) -> Capabilities:
         """A named store persists and is shared; a capacity evicts; ``keys_only`` stores no bytes to check."""
         shared = bool(options.store)
         return replace(

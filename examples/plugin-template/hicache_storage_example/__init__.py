@@ -1,5 +1,5 @@
 """The ``example`` backend for hicache-storage: pages kept in process memory."""
 
-from .backend import ExampleBackend, ExampleOptions
+from .backend import ExampleBackend, ExampleOptions, ExampleRawClient
 
-__all__ = ["ExampleBackend", "ExampleOptions"]
+__all__ = ["ExampleBackend", "ExampleOptions", "ExampleRawClient"]

@@ -3,6 +3,7 @@
 The base class validates requests, maps page hashes to storage keys, splits batches, turns
 exceptions into misses and keeps statistics; this class only stores and fetches bytes. Its
 test-only hooks (reaching the stored records, making the store fail) live in ``conformance.py``.
+``ExampleRawClient`` is the raw baseline ``hicache-storage bench`` times the backend against.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 
 from hicache_storage import BatchContext, Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, PageBuffers
 from hicache_storage.plugin.page_format import decode_into, encode_record
+
+__all__ = ["ExampleBackend", "ExampleOptions", "ExampleRawClient"]
 
 
 @dataclass(frozen=True)
@@ -29,11 +32,53 @@ class ExampleOptions:
             raise ConfigError("extra_config.max_pages", f"must be >= 0, got {self.max_pages}")
 
 
-class ExampleBackend(HiCacheStorage):
+class ExampleRawClient:
+    """The same store with none of the SDK (no key space, no record, no checks), for ``hicache-storage bench``.
+
+    A real backend's raw client talks to the same service with the backend's settings (same
+    address, credentials and timeouts), built by :meth:`from_options` from the parsed options.
+    """
+
+    def __init__(self, max_pages: int) -> None:
+        self.max_pages = max_pages
+        self._values: dict[str, bytes] = {}
+
+    @classmethod
+    def from_options(cls, options: ExampleOptions, timeout_s: float) -> ExampleRawClient:
+        """The raw client for the backend's options (``timeout_s``: the backend's I/O timeout)."""
+        return cls(options.max_pages)
+
+    def set(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+        for key, buffer in zip(keys, buffers, strict=True):
+            self._values[key] = bytes(buffer)
+        return [True] * len(keys)
+
+    def get(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+        results = []
+        for key, buffer in zip(keys, buffers, strict=True):
+            value = self._values.get(key)
+            view = buffer.cast("B") if buffer.format != "B" or buffer.ndim != 1 else buffer
+            if value is None or len(value) != view.nbytes:  # absent or of another size: a miss
+                results.append(False)
+                continue
+            view[:] = value
+            results.append(True)
+        return results
+
+    def exists(self, keys: Sequence[str]) -> list[bool]:
+        return [key in self._values for key in keys]
+
+    def close(self) -> None:
+        """Remove what this client wrote."""
+        self._values.clear()
+
+
+class ExampleBackend(HiCacheStorage[ExampleOptions]):
     """Stores each page as a checksummed record in a dict, so a damaged page reads as a miss."""
 
     capabilities = Capabilities(supports_delete=True, supports_clear=True, verifies_integrity=True)
-    Options = ExampleOptions
+    Options = ExampleOptions  # ``self.options`` is an ExampleOptions, parsed from extra_config
+    raw_baseline_class = ExampleRawClient
 
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)

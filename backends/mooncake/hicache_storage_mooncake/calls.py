@@ -1,0 +1,103 @@
+"""Mooncake client calls under the SDK's deadline: inside the call gate, on worker threads, given up on in time.
+
+A client whose master was killed retries its connection for seconds whatever its RPC timeout
+says, so under a deadline each call runs on a worker thread and the caller waits at most what is
+left of the deadline. A call given up on keeps the slab it may still write (``hold``) until it
+ends, and is reported through ``on_abandoned``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from hicache_storage import BackendFault
+from hicache_storage.resilience import current_deadline
+
+from .client import CallGate
+from .memory import SlabArena
+
+__all__ = ["CALL_WORKERS", "DeadlineCalls"]
+
+#: Worker threads running Mooncake calls under a deadline (calls given up on keep theirs until they end).
+CALL_WORKERS = 8
+
+
+class DeadlineCalls:
+    """Runs client calls inside ``gate``; under a deadline on worker threads (built on first use)."""
+
+    def __init__(self, gate: CallGate, on_abandoned: Callable[[], None]) -> None:
+        self.gate = gate
+        self._on_abandoned = on_abandoned
+        self._lock = threading.Lock()
+        self._workers: ThreadPoolExecutor | None = None
+        self._background: ThreadPoolExecutor | None = None
+
+    def call(
+        self, what: str, function: Callable[..., Any], *args: Any, hold: tuple[SlabArena, int] | None = None
+    ) -> Any:
+        """``function(*args)`` on the client, inside the call gate; under a deadline on a worker thread,
+        waited for at most what is left of it (then :class:`BackendFault`; ``hold``'s slab stays
+        reserved until the call ends)."""
+        deadline = current_deadline()
+        if deadline is None:
+            with self.gate:
+                return function(*args)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BackendFault(f"Mooncake {what} not started: the call's deadline has passed")
+        future = self._pool("workers").submit(self.gated, function, *args)
+        try:
+            return future.result(timeout=left)
+        except FutureTimeout:
+            self._abandon(future, hold)
+            raise BackendFault(f"Mooncake {what} did not answer within the call's deadline") from None
+
+    def gated(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` inside the call gate, on this thread."""
+        with self.gate:
+            return function(*args)
+
+    def in_background(self, function: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Start ``function(*args)`` (gated) on the one background thread, e.g. a write's ``batch_remove``
+        while the caller prepares headers; collect it with :meth:`wait_for`."""
+        return self._pool("background").submit(self.gated, function, *args)
+
+    def wait_for(self, future: Future[Any], what: str, hold: tuple[SlabArena, int]) -> Any:
+        """The result of ``future`` (a client call on a helper thread), waited for within the call's deadline."""
+        deadline = current_deadline()
+        try:
+            return future.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            self._abandon(future, hold)
+            raise BackendFault(f"Mooncake {what} did not answer within the call's deadline") from None
+
+    def shutdown(self) -> None:
+        """Wait for the background and worker threads to finish (after the gate is shut)."""
+        for pool in (self._background, self._workers):
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+    def _abandon(self, future: Future[Any], hold: tuple[SlabArena, int] | None) -> None:
+        self._on_abandoned()
+        if hold is not None:
+            arena, offset = hold
+            arena.keep(offset)
+            future.add_done_callback(lambda _done: arena.give_back(offset))
+
+    def _pool(self, which: str) -> ThreadPoolExecutor:
+        pool = self._workers if which == "workers" else self._background
+        if pool is not None:
+            return pool
+        with self._lock:
+            if which == "workers":
+                if self._workers is None:
+                    self._workers = ThreadPoolExecutor(max_workers=CALL_WORKERS, thread_name_prefix="hicache-mooncake")
+                return self._workers
+            if self._background is None:
+                self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-mooncake-remove")
+            return self._background
