@@ -29,8 +29,10 @@ class PipelineConfig:
       (refused in ``buffer_only``: nothing would hold the only copy of an evicted page).
     - ``host_to_device_ratio``: host pool size relative to the device pool; ``None`` means 1.2 in
       ``buffer_only`` and 2.0 in ``cache`` (SGLang's defaults).
-    - ``storage_backend`` / ``storage_options``: registry name and ``extra_config`` used when no
-      backend object is handed to the pipeline. ``buffer_only`` needs one or the other.
+    - ``storage_backend`` / ``storage_options``: registry name and ``extra_config`` of the backend,
+      for callers that build it from the configuration (``load_backend(config.storage_backend,
+      make_config(extra_config=config.storage_options))``); the pipeline itself takes a backend
+      object and needs one in ``buffer_only``.
     - ``backlog_cap_tokens``: most tokens of admitted, not yet written backups; ``None`` means
       2 x device pool tokens. Reaching it means the engine offers more than storage absorbs.
     - ``storage_batch_pages``: most pages per storage call (SGLang: 128).
@@ -113,7 +115,7 @@ class PipelineConfig:
             raise ConfigError(
                 "storage_backend",
                 "host_memory_mode='buffer_only' requires a storage backend: pass one to the pipeline "
-                "or set storage_backend",
+                "(hicache_storage.load_backend builds one from storage_backend and storage_options)",
             )
 
 

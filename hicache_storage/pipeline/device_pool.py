@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from typing_extensions import TypedDict, Unpack
 
 from ..errors import ConfigError, HostPoolError
-from ..host_pool import HostKVPool, parse_dtype
+from ..host_pool import HostKVPool
 
-__all__ = ["DeviceKVPool", "page_view"]
+__all__ = [
+    "DeviceKVPool",
+    "KVGeometry",
+    "PageAllocator",
+    "kv_geometry",
+    "page_view",
+    "pages_to_tokens",
+    "tokens_to_pages",
+]
 
 
 def page_view(buffer: torch.Tensor, num_pages: int, segments: int) -> torch.Tensor:
@@ -23,100 +32,50 @@ def page_view(buffer: torch.Tensor, num_pages: int, segments: int) -> torch.Tens
     return buffer.view(segments, num_pages, -1)
 
 
-class DeviceKVPool:
-    """KV pool on ``device`` (CPU tensors stand in for a GPU) laid out like a :class:`HostKVPool`.
+class KVGeometry(TypedDict, total=False):
+    """A KV pool's geometry as :class:`HostKVPool` takes it (its defaults apply to what is left out)."""
 
-    Token indices are page aligned; :meth:`alloc` hands out whole pages tagged with an owner and
-    :meth:`free` refuses pages that are not allocated. ``kv_buffer`` has the host pool's shape for
-    the same layout, so :func:`page_view` applies to both.
+    page_size: int
+    layer_num: int
+    dtype: str | torch.dtype
+    layout: str
+    is_mla: bool
+    head_num: int
+    head_dim: int
+    kv_cache_dim: int
+
+
+def kv_geometry(pool: HostKVPool | DeviceKVPool) -> KVGeometry:
+    """The geometry of a host or device KV pool, to build another pool like it."""
+    return KVGeometry(
+        page_size=pool.page_size,
+        layer_num=pool.layer_num,
+        dtype=pool.dtype,
+        layout=pool.layout,
+        is_mla=pool.is_mla,
+        head_num=pool.head_num,
+        head_dim=pool.head_dim,
+        kv_cache_dim=pool.kv_cache_dim,
+    )
+
+
+class PageAllocator:
+    """Whole pages of a device pool handed out with an owner tag, taken back only if allocated.
+
+    Pages come out in ascending order when the free list allows it. Token indices are page
+    aligned (``page_size`` slots per page; a state pool has pages of one slot).
     """
 
-    def __init__(
-        self,
-        *,
-        num_pages: int,
-        page_size: int,
-        layer_num: int,
-        dtype: str | torch.dtype = "bfloat16",
-        layout: str = "page_first",
-        is_mla: bool = False,
-        head_num: int = 1,
-        head_dim: int = 1,
-        kv_cache_dim: int = 1,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        # A one-page host pool validates the geometry and computes the shapes once.
-        probe = HostKVPool(
-            num_pages=1,
-            page_size=page_size,
-            layer_num=layer_num,
-            dtype=dtype,
-            layout=layout,
-            is_mla=is_mla,
-            head_num=head_num,
-            head_dim=head_dim,
-            kv_cache_dim=kv_cache_dim,
-            pin_memory=False,
-        )
-        if isinstance(num_pages, bool) or not isinstance(num_pages, int) or num_pages < 1:
-            raise ConfigError("num_pages", f"must be a positive int, got {num_pages!r}")
-        self.device = torch.device(device)
-        self.layout = layout
-        self.is_mla = is_mla
-        self.page_size = page_size
-        self.page_num = num_pages
-        self.size = num_pages * page_size
-        self.layer_num = layer_num
-        self.dtype = parse_dtype(dtype)
-        self.head_num = probe.head_num
-        self.head_dim = probe.head_dim
-        self.kv_cache_dim = kv_cache_dim
-        self.size_per_token = probe.size_per_token
-        self.bytes_per_page = probe.bytes_per_page
-        self.segments_per_page = probe.segments_per_page
-        shape = list(probe.kv_buffer.shape)
-        # The page/token dimension comes right after the segment dimensions.
-        dim = _page_dim(layout, is_mla)
-        shape[dim] = shape[dim] * num_pages
-        self.kv_buffer = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        self.pages = page_view(self.kv_buffer, num_pages, self.segments_per_page)
-        self._free: list[int] = list(range(num_pages - 1, -1, -1))
+    page_size: int
+    page_num: int
+    size: int
+    #: What a page is called in error messages.
+    unit_name: ClassVar[str] = "device pages"
+
+    def _init_allocator(self) -> None:
+        self._free: list[int] = list(range(self.page_num - 1, -1, -1))
         self._owners: dict[int, object] = {}
 
-    @classmethod
-    def like(cls, host_pool: HostKVPool, num_pages: int, device: str | torch.device = "cpu") -> DeviceKVPool:
-        """A device pool of ``num_pages`` pages with ``host_pool``'s geometry."""
-        return cls(
-            num_pages=num_pages,
-            page_size=host_pool.page_size,
-            layer_num=host_pool.layer_num,
-            dtype=host_pool.dtype,
-            layout=host_pool.layout,
-            is_mla=host_pool.is_mla,
-            head_num=host_pool.head_num,
-            head_dim=host_pool.head_dim,
-            kv_cache_dim=host_pool.kv_cache_dim,
-            device=device,
-        )
-
-    def host_pool(self, num_pages: int, pin_memory: bool | None = None) -> HostKVPool:
-        """A :class:`HostKVPool` of ``num_pages`` pages with this pool's geometry."""
-        if pin_memory is None:
-            pin_memory = self.device.type == "cuda"
-        return HostKVPool(
-            num_pages=num_pages,
-            page_size=self.page_size,
-            layer_num=self.layer_num,
-            dtype=self.dtype,
-            layout=self.layout,
-            is_mla=self.is_mla,
-            head_num=self.head_num,
-            head_dim=self.head_dim,
-            kv_cache_dim=self.kv_cache_dim,
-            pin_memory=pin_memory,
-        )
-
-    # ----------------------------------------------------------------- allocator
     @property
     def free_pages(self) -> int:
         """Pages not allocated."""
@@ -146,15 +105,69 @@ class DeviceKVPool:
             raise HostPoolError(f"free(): the same page appears twice in one call: {pages}")
         unowned = [page for page in pages if page not in self._owners]
         if unowned:
-            raise HostPoolError(f"free(): device pages {unowned} are not allocated (double free?)")
+            raise HostPoolError(f"free(): {self.unit_name} {unowned} are not allocated (double free?)")
         for page in pages:
             del self._owners[page]
         self._free.extend(reversed(pages))  # popped back in ascending order: copies merge into runs
         return len(pages) * self.page_size
 
+    def unallocated(self, pages: Sequence[int]) -> list[int]:
+        """Those of ``pages`` (page numbers) that are not allocated."""
+        owners = self._owners
+        return [page for page in pages if page not in owners]
+
     def owners(self) -> dict[int, Any]:
         """Snapshot of page number → owner for every allocated page."""
         return dict(self._owners)
+
+
+class DeviceKVPool(PageAllocator):
+    """KV pool on ``device`` (CPU tensors stand in for a GPU) laid out like a :class:`HostKVPool`.
+
+    ``geometry``: :class:`HostKVPool`'s keywords (``page_size``, ``layer_num``, ``dtype``,
+    ``layout``, ``is_mla``, ``head_num``, ``head_dim``, ``kv_cache_dim``, with its defaults).
+    Token indices are page aligned; :meth:`alloc` hands out whole pages tagged with an owner and
+    :meth:`free` refuses pages that are not allocated. ``kv_buffer`` has the host pool's shape for
+    the same layout, so :func:`page_view` applies to both.
+    """
+
+    def __init__(self, *, num_pages: int, device: str | torch.device = "cpu", **geometry: Unpack[KVGeometry]) -> None:
+        # A one-page host pool validates the geometry and computes the shapes once.
+        probe = HostKVPool(num_pages=1, pin_memory=False, **geometry)
+        if isinstance(num_pages, bool) or not isinstance(num_pages, int) or num_pages < 1:
+            raise ConfigError("num_pages", f"must be a positive int, got {num_pages!r}")
+        self.device = torch.device(device)
+        self.layout = probe.layout
+        self.is_mla = probe.is_mla
+        self.page_size = probe.page_size
+        self.page_num = num_pages
+        self.size = num_pages * probe.page_size
+        self.layer_num = probe.layer_num
+        self.dtype = probe.dtype
+        self.head_num = probe.head_num
+        self.head_dim = probe.head_dim
+        self.kv_cache_dim = probe.kv_cache_dim
+        self.size_per_token = probe.size_per_token
+        self.bytes_per_page = probe.bytes_per_page
+        self.segments_per_page = probe.segments_per_page
+        shape = list(probe.kv_buffer.shape)
+        # The page/token dimension comes right after the segment dimensions.
+        dim = _page_dim(self.layout, self.is_mla)
+        shape[dim] = shape[dim] * num_pages
+        self.kv_buffer = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.pages = page_view(self.kv_buffer, num_pages, self.segments_per_page)
+        self._init_allocator()
+
+    @classmethod
+    def like(cls, host_pool: HostKVPool, num_pages: int, device: str | torch.device = "cpu") -> DeviceKVPool:
+        """A device pool of ``num_pages`` pages with ``host_pool``'s geometry."""
+        return cls(num_pages=num_pages, device=device, **kv_geometry(host_pool))
+
+    def host_pool(self, num_pages: int, pin_memory: bool | None = None) -> HostKVPool:
+        """A :class:`HostKVPool` of ``num_pages`` pages with this pool's geometry."""
+        if pin_memory is None:
+            pin_memory = self.device.type == "cuda"
+        return HostKVPool(num_pages=num_pages, pin_memory=pin_memory, **kv_geometry(self))
 
     def __repr__(self) -> str:
         kind = "MLA" if self.is_mla else "MHA"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..config import HiCacheStorageConfig, make_config
 from ..contract import HiCacheStorage
 from ..errors import ConfigError
 from ..host_pool import HostKVPool
@@ -46,24 +45,23 @@ class BufferOnlyPipeline:
 
     ``device_pool`` is the device KV pool, or a :class:`~hicache_storage.pipeline.components.PoolSet`
     of the KV pool and sidecar components (SWA window KV, Mamba state, ...) that move with it.
-    ``storage`` is any :class:`HiCacheStorage`; without one, ``config.storage_backend`` is loaded
-    from the registry with ``storage_config`` (default: :func:`make_config` with
-    ``config.storage_options``). The host pools (``host_pool`` for KV, ``host_pools`` by sidecar
-    name; by default ``host_to_device_ratio`` x each device pool) are registered with the
-    backend, sidecars with ``register_mem_host_pool_v2``. Each host arena must fit two minimum
-    transfers of its component, else :class:`ConfigError`. ``clock`` times the per-stage latency
-    metrics; ``rank_sync`` is the collective lockstep ranks agree through (see :mod:`.lockstep`).
+    ``storage`` is any :class:`HiCacheStorage`, built by the caller (e.g. with
+    :func:`hicache_storage.load_backend`): the pipeline knows only the contract. The host pools
+    (``host_pool`` for KV, ``host_pools`` by sidecar name; by default ``host_to_device_ratio`` x
+    each device pool) are registered with the backend, sidecars with ``register_mem_host_pool_v2``.
+    Each host arena must fit two minimum transfers of its component, else :class:`ConfigError`.
+    ``clock`` times the per-stage latency metrics; ``rank_sync`` is the collective lockstep ranks
+    agree through (see :mod:`.lockstep`).
     """
 
     def __init__(
         self,
         config: PipelineConfig,
         device_pool: DeviceKVPool | PoolSet,
-        storage: HiCacheStorage | None = None,
+        storage: HiCacheStorage,
         *,
         host_pool: HostKVPool | None = None,
         host_pools: Mapping[str, Any] | None = None,
-        storage_config: HiCacheStorageConfig | None = None,
         clock: Callable[[], float] = time.perf_counter,
         rank_sync: RankSync | None = None,
     ) -> None:
@@ -72,14 +70,7 @@ class BufferOnlyPipeline:
                 "host_memory_mode",
                 f"BufferOnlyPipeline implements host_memory_mode='buffer_only', got {config.host_memory_mode!r}",
             )
-        config.require_storage(storage is not None or config.storage_backend is not None)
-        if storage is None:
-            from ..registry import load_backend
-
-            assert config.storage_backend is not None
-            storage = load_backend(
-                config.storage_backend, storage_config or make_config(extra_config=config.storage_options)
-            )
+        config.require_storage(storage is not None)
         pools = PoolSet.of(device_pool)
         device_pool = pools.kv
         self.kv = KVComponent(device_pool, config.pool_name)
@@ -152,9 +143,13 @@ class BufferOnlyPipeline:
         self._backup.flush(self._prefetch.occupied_tokens(), self._prefetch.occupied_units())
         self._refresh_gauges()
 
-    def admit(self, request_id: str, splice_point: int) -> Admission:
-        """Copy a staged prefetch to the device; see :meth:`PrefetchStage.admit` for the splice rules."""
-        return self._prefetch.admit(request_id, splice_point)
+    def admit(self, request_id: str, splice_point: int, device_pages: Sequence[int] | None = None) -> Admission:
+        """Copy a staged prefetch to the device; see :meth:`PrefetchStage.admit` for the splice rules.
+
+        ``device_pages``: destination page numbers the caller allocated (the first ones are filled);
+        without them the pages are taken from the device pool with ``request_id`` as owner.
+        """
+        return self._prefetch.admit(request_id, splice_point, device_pages)
 
     def abort(self, request_id: str) -> bool:
         """Release everything a prefetch holds; ``False`` if it is not in progress."""

@@ -10,6 +10,7 @@ prefix when a read comes back short, and admission copies every component to the
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +18,7 @@ import torch
 from ..errors import InvalidRequestError
 from .buffer_cache import BufferPageCache
 from .copy_engine import CopyHandle
+from .device_pool import pages_to_tokens
 from .parts import Stage, StageParts
 from .sidecars import Units
 from .types import Admission, PrefetchRequest, PrefetchState, PrefetchStatus
@@ -104,16 +106,22 @@ class PrefetchStage(Stage):
         self.new.append(load)
         self.metrics.add("prefetch_requests")
 
-    def admit(self, request_id: str, splice_point: int) -> Admission:
+    def admit(self, request_id: str, splice_point: int, device_pages: Sequence[int] | None = None) -> Admission:
         """Load the staged pages that continue the device prefix at ``splice_point`` tokens.
 
         If the device prefix grew since the prefetch, the staged pages it now covers are dropped;
         if it shrank, none of the staged pages attaches to it and all are dropped. A prefetch not
-        yet staged is cancelled. Device pages come from the device pool (owner ``request_id``);
-        when it is short of pages the load is trimmed to what fits. With sidecars the load is all
-        or nothing: the KV pages up to the staged prefix end and every sidecar's units, or none.
+        yet staged is cancelled. The pages land in ``device_pages`` (page numbers of the device
+        pool, allocated by the caller and still its own; the first ones are filled, in order), or
+        without them in pages taken from the device pool (owner ``request_id``); when there are
+        too few the load is trimmed to what fits. Destination pages that are out of range,
+        repeated or not allocated raise :class:`InvalidRequestError` before anything changes.
+        With sidecars the load is all or nothing: the KV pages up to the staged prefix end and
+        every sidecar's units, or none.
         """
         new_start = self._splice_pages(splice_point)
+        if device_pages is not None:
+            self._check_device_pages(request_id, device_pages)
         empty = Admission(request_id, splice_point, (), torch.empty(0, dtype=torch.int64))
         load = self.active.get(request_id)
         if load is None:
@@ -125,8 +133,9 @@ class PrefetchStage(Stage):
         skip = new_start - load.start
         use = 0 if skip < 0 else max(0, len(load.pages) - skip)
         side_devices: dict[str, torch.Tensor] = {}
+        room = self.device_pool.free_pages if device_pages is None else len(device_pages)
         if load.sidecars:
-            fits = 0 <= skip <= len(load.pages) and use <= self.device_pool.free_pages
+            fits = 0 <= skip <= len(load.pages) and use <= room
             taken = self._alloc_sidecar_devices(load, request_id) if fits else None
             if taken is None:  # every component or none
                 use = 0
@@ -134,15 +143,19 @@ class PrefetchStage(Stage):
                 load.sidecars = {}
             else:
                 side_devices = taken
-        use = min(use, self.device_pool.free_pages)
+        use = min(use, room)
         first = max(skip, 0)
-        device_tokens = self.device_pool.alloc(use * self.page_size, owner=request_id)
-        assert device_tokens is not None
-        device_pages = device_tokens[:: self.page_size].div(self.page_size, rounding_mode="floor").tolist()
+        if device_pages is None:
+            device_tokens = self.device_pool.alloc(use * self.page_size, owner=request_id)
+            assert device_tokens is not None
+            targets = device_tokens[:: self.page_size].div(self.page_size, rounding_mode="floor").tolist()
+        else:
+            targets = list(device_pages[:use])
+            device_tokens = pages_to_tokens(targets, self.page_size)
         now = self.clock()
         self.metrics.observe("staged_wait", now - load.staged_at)
         keep = range(first, first + use)
-        handle = self.copier.host_to_device([load.pages[i] for i in keep], device_pages)
+        handle = self.copier.host_to_device([load.pages[i] for i in keep], targets)
         side_handles = self.sidecars.to_device(load.sidecars) if load.sidecars else []
         self.metrics.observe("host_to_device", self.clock() - now)
         self.copies.append(
@@ -172,6 +185,22 @@ class PrefetchStage(Stage):
         self.log("admit", request_id, use, *sorted(side_devices))
         return Admission(request_id, splice_point, loaded_hashes, device_tokens, handle.event, side_devices)
 
+    def _check_device_pages(self, request_id: str, device_pages: Sequence[int]) -> None:
+        """Raise :class:`InvalidRequestError` unless ``device_pages`` are distinct, allocated device pages."""
+        pool = self.device_pool
+        bad = [p for p in device_pages if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < pool.page_num]
+        if bad:
+            raise InvalidRequestError(
+                f"admit({request_id!r}): device pages {bad[:8]} are not page numbers of a pool of {pool.page_num}"
+            )
+        if len(set(device_pages)) != len(device_pages):
+            raise InvalidRequestError(f"admit({request_id!r}): a device page appears twice: {list(device_pages)[:16]}")
+        unallocated = pool.unallocated(device_pages)
+        if unallocated:
+            raise InvalidRequestError(
+                f"admit({request_id!r}): device pages {unallocated[:8]} are not allocated (allocate them first)"
+            )
+
     def _alloc_sidecar_devices(self, load: _Load, request_id: str) -> dict[str, torch.Tensor] | None:
         """Device units for every staged sidecar part (owner ``request_id``), or ``None`` (none kept)."""
         taken: list[tuple[str, torch.Tensor]] = []
@@ -183,8 +212,7 @@ class PrefetchStage(Stage):
                     self.sidecars.by_name[undo_name].component.device.free(undo)
                 return None
             taken.append((name, tokens))
-            step = component.unit_tokens
-            units.device = tokens.tolist() if step == 1 else [t // step for t in tokens[::step].tolist()]
+            units.device = component.unit_numbers(tokens)
         return dict(taken)
 
     def abort(self, request_id: str) -> bool:

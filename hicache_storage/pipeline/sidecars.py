@@ -18,7 +18,7 @@ from .components.base import Component, UnitStaging
 from .copy_engine import CopyHandle
 from .existence import StorageExistenceCache
 from .metrics import PipelineMetrics
-from .storage_calls import LookupPool, MultiPoolCalls, PoolPart
+from .storage_calls import MultiPoolCalls, PoolPart
 
 __all__ = ["Sidecar", "Sidecars", "Units"]
 
@@ -85,7 +85,7 @@ class Sidecars:
         self.storage = storage
         self.existence = existence
         self.metrics = metrics
-        self.lookup_pools = [LookupPool(s.name, s.component.policy, s.component.window) for s in self.items]
+        self.lookup_pools = [s.component for s in self.items]
         #: Pages a multi-pool lookup repeats before its first new page (largest trailing window - 1).
         self.overlap = max((s.component.window - 1 for s in self.items), default=0)
 

@@ -12,9 +12,10 @@ from typing import Any
 
 from ..contract import HiCacheStorage
 from ..pools import PoolHitPolicy, PoolName, PoolTransfer, pool_name_str
+from .components.base import Component
 from .staging import token_indices
 
-__all__ = ["LookupPool", "MultiPoolCalls", "PoolPart", "Restorable", "StorageCalls"]
+__all__ = ["MultiPoolCalls", "PoolPart", "Restorable", "StorageCalls"]
 
 
 class StorageCalls:
@@ -80,15 +81,6 @@ class PoolPart:
 
 
 @dataclass(frozen=True)
-class LookupPool:
-    """A sidecar pool as ``batch_exists_v2`` asks about it: its name, hit policy and window."""
-
-    name: str
-    policy: PoolHitPolicy
-    window: int
-
-
-@dataclass(frozen=True)
 class Restorable:
     """What a multi-pool lookup found: all positions absolute (pages from the chain's start).
 
@@ -108,12 +100,13 @@ class MultiPoolCalls(StorageCalls):
     something that is not the contract's shape, counts in ``errors`` and means misses / failures.
     """
 
-    def restorable(self, hashes: Sequence[str], pools: Sequence[LookupPool], *, offset: int, after: int) -> Restorable:
+    def restorable(self, hashes: Sequence[str], pools: Sequence[Component], *, offset: int, after: int) -> Restorable:
         """Restorable prefixes of ``hashes`` (which start at chain position ``offset``) that end beyond ``after``.
 
         ``batch_exists_v2`` is asked in batches of at most ``batch_pages`` new pages; each batch
         repeats the ``window - 1`` pages before it so every trailing window it judges lies inside
-        the call. Stops at the first batch whose KV run comes up short.
+        the call. Stops at the first batch whose KV run comes up short. ``pools``: the sidecar
+        components asked about (each by its name, hit policy and window).
         """
         overlap = max((pool.window - 1 for pool in pools if pool.policy is PoolHitPolicy.TRAILING_PAGES), default=0)
         lengths: list[int] = []

@@ -130,10 +130,11 @@ class PrefetchStatus:
 class Admission:
     """Pages loaded into the device at admission.
 
-    ``device_indices`` (token indices, owned by the engine from now on, allocated from the
-    pipeline's device pool with the request id as owner) hold pages ``hashes`` that continue the
-    prefix at ``splice_point`` tokens. ``ready`` is a CUDA event the consumer stream already waits
-    on (``None`` on CPU). ``sidecars``: per sidecar component, the device slot indices now
+    ``device_indices`` (token indices, owned by the engine from now on: of the destination pages
+    passed to ``admit``, or of pages allocated from the pipeline's device pool with the request
+    id as owner) hold pages ``hashes`` that continue the prefix at ``splice_point`` tokens.
+    ``ready`` is a CUDA event the consumer stream already waits on (``None`` on CPU).
+    ``sidecars``: per sidecar component, the device slot indices now
     holding its units for the restored prefix (owned by the engine, allocated from that
     component's device pool), in the order of the component's restore positions.
     """

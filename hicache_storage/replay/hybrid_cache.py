@@ -16,8 +16,7 @@ from collections.abc import Sequence
 
 from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
-from ..pipeline.components import Component
-from ..pipeline.storage_calls import LookupPool, MultiPoolCalls, PoolPart
+from ..pipeline import Component, MultiPoolCalls, PoolPart
 from .kvdata import PageView, copy_pages, matching_prefix
 from .prefix_cache import PageLRU
 from .sidecars import UnitView, restorable_end, span_ends, unit_labels
@@ -56,7 +55,6 @@ class HybridCacheTier(CacheTier):
         self.unit_lru = {name: PageLRU(units) for name, units in self.host_units.items()}
         self.unit_stored: dict[str, set[str]] = {c.name: set() for c in self.components}
         self.calls = MultiPoolCalls(backend, host.page_size, STORAGE_BATCH)
-        self.lookup_pools = [LookupPool(c.name, c.policy, c.window) for c in self.components]
         self.overlap = max((c.window - 1 for c in self.components), default=0)
         self.corrupt_units = 0
         #: Sidecar units acknowledged stored, per component.
@@ -74,7 +72,7 @@ class HybridCacheTier(CacheTier):
         candidates: list[int] = []
         if host_end < start + limit:  # storage may restore more, or hold the state the host lacks
             offset = max(0, start - self.overlap)
-            found = self.calls.restorable(hashes[offset : start + limit], self.lookup_pools, offset=offset, after=start)
+            found = self.calls.restorable(hashes[offset : start + limit], self.components, offset=offset, after=start)
             candidates = [end for end in found.lengths if end > host_end]
             outcome.kv_pages = max(in_host, found.kv_end - start)
         end, read = self._load_storage(hashes, start, first, candidates, outcome)

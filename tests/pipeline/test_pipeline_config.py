@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from pipeline_support import make_device_pool, sim_backend
 
-from hicache_storage import ConfigError
+import hicache_storage.pipeline as pipeline_package
+from hicache_storage import ConfigError, load_backend, make_config
 from hicache_storage.pipeline import BufferOnlyPipeline, PipelineConfig
 
 
@@ -43,13 +47,27 @@ def test_bad_values_name_the_option(values: dict[str, object], option: str) -> N
     assert info.value.option == option
 
 
-def test_buffer_only_requires_storage_and_loads_from_the_registry() -> None:
+def test_pipeline_does_not_load_backends() -> None:
+    """The pipeline takes a storage object: nothing under pipeline/ imports the backend registry."""
+    for path in Path(pipeline_package.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or "", *(alias.name for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            assert not any(name.split(".")[-1] == "registry" for name in names), f"{path.name}: {names}"
+
+
+def test_buffer_only_requires_a_storage_object_built_by_the_caller() -> None:
     with pytest.raises(ConfigError) as info:
-        BufferOnlyPipeline(PipelineConfig(), make_device_pool())
+        BufferOnlyPipeline(PipelineConfig(), make_device_pool(), None)  # type: ignore[arg-type]
     assert "host_memory_mode" in str(info.value) and info.value.option == "storage_backend"
     config = PipelineConfig(storage_backend="sim", storage_options={"sim_op_latency_us": 0, "resilience": False})
-    pipe = BufferOnlyPipeline(config, make_device_pool(num_pages=10))
-    assert type(pipe.storage).__name__ == "SimBackend"
+    backend = load_backend(config.storage_backend or "", make_config(extra_config=config.storage_options))
+    pipe = BufferOnlyPipeline(config, make_device_pool(num_pages=10), backend)
+    assert pipe.storage is backend and type(pipe.storage).__name__ == "SimBackend"
     assert pipe.storage.mem_pool_host is pipe.host_pool and pipe.host_pool.page_num == 12
     with pytest.raises(ConfigError, match="buffer_only"):
         BufferOnlyPipeline(PipelineConfig(host_memory_mode="cache"), make_device_pool(), sim_backend())

@@ -295,3 +295,23 @@ def test_retained_kv_pages_still_need_their_sidecar_units() -> None:
     assert_admitted(pipe, pipe.admit("r", 0), hashes, 4)
     pipe.drain()
     pipe.check_invariants()
+
+
+def test_admission_into_caller_pages_is_all_components_or_none() -> None:
+    pipe = make_hybrid()
+    hashes = chain(4)
+    _store(pipe, [hashes])
+    mamba = sidecar(pipe, "mamba")
+    tokens = pipe.device_pool.alloc(4 * PAGE_SIZE, owner="engine")
+    assert tokens is not None
+    pages = (tokens[::PAGE_SIZE] // PAGE_SIZE).tolist()
+    assert _staged(pipe, "short", hashes) == (4, 4)
+    free_units = mamba.device.free_pages
+    admission = pipe.admit("short", 0, pages[:3])  # the state belongs to the full prefix: nothing
+    assert admission.pages == 0 and admission.sidecars == {} and mamba.device.free_pages == free_units
+    assert _staged(pipe, "r", hashes) == (4, 4)
+    admission = pipe.admit("r", 0, pages)
+    assert (admission.device_indices[::PAGE_SIZE] // PAGE_SIZE).tolist() == pages
+    assert_admitted(pipe, admission, hashes, 4)
+    pipe.drain()
+    pipe.check_invariants()

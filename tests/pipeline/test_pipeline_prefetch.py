@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pipeline_support import PAGE_SIZE, ScriptedBackend, assert_holds, chain, make_pipeline, make_span
 
+from hicache_storage import InvalidRequestError
 from hicache_storage.pipeline import BufferOnlyPipeline, PrefetchRequest, PrefetchState
 
 
@@ -179,4 +180,67 @@ def test_drain_releases_staged_prefetches() -> None:
     assert pipe.host_pool.used_pages == 3
     assert pipe.drain() == 0
     assert pipe.host_pool.used_pages == 0 and _state(pipe, "r") is PrefetchState.ABORTED
+    pipe.check_invariants()
+
+
+def _pages_of(pipe: BufferOnlyPipeline, count: int, owner: str) -> list[int]:
+    tokens = pipe.device_pool.alloc(count * PAGE_SIZE, owner=owner)
+    assert tokens is not None
+    return (tokens[::PAGE_SIZE] // PAGE_SIZE).tolist()
+
+
+def test_admit_fills_the_device_pages_the_caller_allocated() -> None:
+    pipe = make_pipeline()
+    hashes = chain(4)
+    _store(pipe, hashes)
+    pipe.prefetch(PrefetchRequest("r", hashes))
+    pipe.tick()
+    pages = _pages_of(pipe, 6, owner="engine")[::-1]  # any order, more than staged
+    free = pipe.device_pool.free_pages
+    admission = pipe.admit("r", 0, pages)
+    assert admission.pages == 4 and pipe.device_pool.free_pages == free  # nothing taken from the pool
+    assert (admission.device_indices[::PAGE_SIZE] // PAGE_SIZE).tolist() == pages[:4]
+    assert_holds(pipe.device_pool, admission.device_indices, hashes)
+    assert set(pipe.device_pool.owners().values()) == {"engine"}  # the pages stay the caller's
+    pipe.drain()
+    pipe.check_invariants()
+
+
+def test_admit_trims_to_the_device_pages_given() -> None:
+    pipe = make_pipeline()
+    hashes = chain(4)
+    _store(pipe, hashes)
+    pipe.prefetch(PrefetchRequest("r", hashes))
+    pipe.tick()
+    admission = pipe.admit("r", 0, _pages_of(pipe, 2, owner="engine"))
+    assert admission.hashes == tuple(hashes[:2])
+    assert_holds(pipe.device_pool, admission.device_indices, hashes[:2])
+    assert pipe.metrics.as_dict()["prefetch_discarded_tokens"] == 2 * PAGE_SIZE
+    pipe.drain()
+    pipe.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("pages", "message"),
+    [
+        ([99], "not page numbers"),
+        ([-1], "not page numbers"),
+        ([True], "not page numbers"),
+        ("dup", "twice"),
+        ("free", "not allocated"),
+    ],
+)
+def test_admit_refuses_wrong_device_pages_and_changes_nothing(pages: object, message: str) -> None:
+    pipe = make_pipeline()
+    hashes = chain(2)
+    _store(pipe, hashes)
+    pipe.prefetch(PrefetchRequest("r", hashes))
+    pipe.tick()
+    if pages == "dup":
+        pages = _pages_of(pipe, 1, owner="engine") * 2
+    elif pages == "free":
+        pages = [_pages_of(pipe, 1, owner="engine")[0], pipe.device_pool.page_num - 1]
+    with pytest.raises(InvalidRequestError, match=message):
+        pipe.admit("r", 0, pages)  # type: ignore[arg-type]
+    assert _state(pipe, "r") is PrefetchState.STAGED
     pipe.check_invariants()

@@ -109,6 +109,12 @@ class Component(ABC):
         """Units of the smallest useful transfer (one restore)."""
         return self.window
 
+    def unit_numbers(self, indices: torch.Tensor) -> list[int]:
+        """Unit numbers of unit-aligned slot indices as this component's pools hand them out (unchecked)."""
+        step = self.unit_tokens
+        units: list[int] = indices.tolist() if step == 1 else [t // step for t in indices[::step].tolist()]
+        return units
+
     def device_units(self, indices: torch.Tensor | Sequence[int], wanted: int, what: str) -> list[int]:
         """Device units of ``indices`` (slot indices, unit aligned): the last ``wanted`` of them.
 

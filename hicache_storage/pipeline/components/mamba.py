@@ -15,23 +15,24 @@ from typing import Any, ClassVar
 
 import torch
 
-from ...errors import ConfigError, HostPoolError
+from ...errors import ConfigError
 from ...host_pool import parse_dtype
 from ...state_pool import HostStatePool
 from ..copy_engine import CopyHandle, page_runs
-from ..device_pool import pages_to_tokens, tokens_to_pages
+from ..device_pool import PageAllocator
 from .base import Component
 
 __all__ = ["DeviceStatePool", "MambaComponent", "StateCopyEngine"]
 
 
-class DeviceStatePool:
+class DeviceStatePool(PageAllocator):
     """State slots on ``device``, laid out like :class:`HostStatePool` (temporal state, then conv states).
 
     Slots are allocated whole with an owner tag (``alloc(count, owner)``; ``page_size`` is 1).
     """
 
     page_size = 1
+    unit_name: ClassVar[str] = "state slots"
 
     def __init__(
         self,
@@ -72,8 +73,7 @@ class DeviceStatePool:
         ]
         #: ``(slots, elements)`` views of each state component, in slot byte order.
         self.segments = [t.view(num_slots, -1) for t in (self.temporal_buffer, *self.conv_buffer)]
-        self._free: list[int] = list(range(num_slots - 1, -1, -1))
-        self._owners: dict[int, object] = {}
+        self._init_allocator()
 
     @classmethod
     def like(cls, host_pool: HostStatePool, num_slots: int, device: str | torch.device = "cpu") -> DeviceStatePool:
@@ -98,36 +98,6 @@ class DeviceStatePool:
             temporal_dtype=self.temporal_dtype,
             conv_dtype=self.conv_dtype,
         )
-
-    @property
-    def free_pages(self) -> int:
-        """Slots not allocated."""
-        return len(self._free)
-
-    def alloc(self, num_tokens: int, owner: object = None) -> torch.Tensor | None:
-        """``num_tokens`` slots (a slot is one "token" of a state pool), or ``None`` when too few are free."""
-        if num_tokens < 0:
-            raise HostPoolError(f"alloc({num_tokens}): expected a non-negative slot count")
-        if num_tokens > len(self._free):
-            return None
-        slots = [self._free.pop() for _ in range(num_tokens)]
-        for slot in slots:
-            self._owners[slot] = owner
-        return pages_to_tokens(slots, 1)
-
-    def free(self, indices: Sequence[int] | torch.Tensor) -> int:
-        """Return slots; a slot that is not allocated raises :class:`HostPoolError` and frees nothing."""
-        slots = tokens_to_pages(indices, 1, self.size)
-        if len(set(slots)) != len(slots) or any(slot not in self._owners for slot in slots):
-            raise HostPoolError(f"free(): state slots {slots} are not all allocated (double free?)")
-        for slot in slots:
-            del self._owners[slot]
-        self._free.extend(reversed(slots))
-        return len(slots)
-
-    def owners(self) -> dict[int, Any]:
-        """Snapshot of slot → owner for every allocated slot."""
-        return dict(self._owners)
 
     def __repr__(self) -> str:
         return f"DeviceStatePool({self.device}, slots={self.page_num}, bytes/slot={self.bytes_per_page})"
