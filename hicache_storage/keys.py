@@ -21,6 +21,7 @@ __all__ = [
     "KEY_FORMAT_VERSION",
     "MAX_KEY_LENGTH",
     "KeySpace",
+    "chain_digests",
     "namespace_root",
     "page_hashes",
     "storage_namespace_seed",
@@ -119,16 +120,27 @@ def page_hashes(
             raise ValueError(
                 f"token_ids[{position}] = {token!r} is not a uint32 token id (expected an int in [0, {_UINT32_MAX}])"
             )
-    result: list[str] = []
-    for start in range(0, len(tokens), page_size):
-        page = tokens[start : start + page_size]
+    packed = struct.pack(f"<{len(tokens)}I", *tokens)
+    return [digest.hex() for digest in chain_digests(packed, page_size, prior)]
+
+
+def chain_digests(packed: bytes, page_size: int, prior: bytes | None = None) -> list[bytes]:
+    """The SHA-256 page chain of :func:`page_hashes` over already packed tokens, as raw digests.
+
+    ``packed`` holds uint32-LE token ids (``4 * page_size`` bytes per page; the last page may be
+    shorter); ``digest_i = SHA256(digest_{i-1} || page i)``, starting from the raw digest ``prior``
+    when given. No validation: callers that pack their own tokens continue a chain with it.
+    """
+    stride = 4 * page_size
+    digests: list[bytes] = []
+    for start in range(0, len(packed), stride):
         hasher = hashlib.sha256()
         if prior is not None:
             hasher.update(prior)
-        hasher.update(struct.pack(f"<{len(page)}I", *page))
+        hasher.update(packed[start : start + stride])
         prior = hasher.digest()
-        result.append(prior.hex())
-    return result
+        digests.append(prior)
+    return digests
 
 
 def _hex_digest_bytes(value: str, name: str) -> bytes:

@@ -10,11 +10,19 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ..replay.engine import MODES, EngineConfig, ModelShape, run_replay
-from ..replay.models import PRESETS, ModelPreset, load_model
-from ..replay.oracle import oracle_block_hits
-from ..replay.report import ModeResult, comparison_table
-from ..replay.trace import read_trace
+from ..replay import (
+    MODES,
+    PRESETS,
+    EngineConfig,
+    ModelPreset,
+    ModelShape,
+    ModeResult,
+    comparison_table,
+    load_model,
+    oracle_block_hits,
+    read_trace,
+    run_replay,
+)
 
 __all__ = ["add_arguments", "main", "parse_modes"]
 

@@ -2,8 +2,8 @@
 
 Loads go through ``prefetch`` → ``tick`` → ``admit``; backups through ``enqueue_backup`` → ``tick``.
 The replay is sequential, so each operation is ticked to completion before the request ends. The
-device cache owns every device KV page; the slots a load will fill are handed back to the device
-pool just before ``admit`` allocates them, and the admitted pages join the device cache.
+device cache owns every device KV page; ``admit`` fills the device slots the cache reserved for the
+request (page numbers, as the replay keeps them), and the admitted pages stay in the device cache.
 
 With a hybrid model the pipeline gets the model's sidecar components. Their device pools hold
 units only while an operation needs them: a backup's units are filled with their expected
@@ -20,9 +20,17 @@ from collections.abc import Sequence
 import torch
 
 from ..contract import HiCacheStorage
-from ..pipeline import BufferOnlyPipeline, DeviceKVPool, PipelineConfig, PrefetchRequest, PrefetchState, Span
-from ..pipeline.components import Component, PoolSet
-from ..pipeline.device_pool import pages_to_tokens
+from ..pipeline import (
+    BufferOnlyPipeline,
+    Component,
+    DeviceKVPool,
+    PipelineConfig,
+    PoolSet,
+    PrefetchRequest,
+    PrefetchState,
+    Span,
+    pages_to_tokens,
+)
 from .kvdata import PageView, matching_prefix
 from .sidecars import UnitView, span_ends, unit_labels
 from .tiers import LoadOutcome
@@ -61,7 +69,7 @@ class BufferOnlyTier:
         self._spans = 0
 
     def load(self, hashes: list[str], start: int, device_slots: list[int]) -> LoadOutcome:
-        """Prefetch the pages after the device prefix and admit them into ``device_slots`` (reordered)."""
+        """Prefetch the pages after the device prefix and admit them into the first ``device_slots``."""
         page_size = self.device_pool.page_size
         wanted = hashes[: start + len(device_slots)]
         if start >= len(wanted):
@@ -78,16 +86,8 @@ class BufferOnlyTier:
         if status is None or status.state is not PrefetchState.STAGED:
             self.pipeline.abort(request_id)
             return LoadOutcome(kv_pages=status.kv_pages if status is not None else 0)
-        staged = min(status.staged_pages, len(device_slots))
-        self.device_pool.free(pages_to_tokens(device_slots[:staged], page_size))
-        admission = self.pipeline.admit(request_id, start * page_size)
-        pages = admission.device_indices[::page_size].div(page_size, rounding_mode="floor").tolist()
-        if sorted(pages) != sorted(device_slots[: len(pages)]) or len(pages) > staged:
-            raise RuntimeError("the pipeline admitted pages other than the device slots handed back to it")
-        leftover = device_slots[len(pages) : staged]
-        if leftover:  # handed back but not used: take them again for the device cache
-            self._reclaim(leftover)
-        device_slots[: len(pages)] = pages
+        admission = self.pipeline.admit(request_id, start * page_size, device_slots)
+        pages = device_slots[: admission.pages]
         good = matching_prefix(self.device, pages, list(admission.hashes))
         self.corrupt_pages += len(pages) - good
         outcome = LoadOutcome(kv_pages=status.kv_pages)
@@ -106,8 +106,7 @@ class BufferOnlyTier:
             if tokens is None:
                 ok = False
                 continue
-            step = component.unit_tokens
-            slots = tokens.tolist() if step == 1 else [t // step for t in tokens[::step].tolist()]
+            slots = component.unit_numbers(tokens)
             labels = unit_labels(component.name, [hashes[p] for p in component.restore_positions(start, end)])
             good = self.views[component.name].matching(slots, labels) if len(slots) == len(labels) else 0
             self.corrupt_units += len(slots) - good
@@ -122,11 +121,6 @@ class BufferOnlyTier:
         """Sidecar units acknowledged stored, per component."""
         rows = self.pipeline.metrics.as_dict()["components"]
         return {name: int(row["units_written"]) for name, row in rows.items()}
-
-    def _reclaim(self, slots: list[int]) -> None:
-        tokens = self.device_pool.alloc(len(slots) * self.device_pool.page_size, owner="cache")
-        if tokens is None:
-            raise RuntimeError("device pool lost pages")
 
     def backup(self, hashes: list[str], begin: int, end: int, device_slots: list[int]) -> None:
         """Offer the computed pages, one span per checkpoint, and tick until every result is polled."""
@@ -163,8 +157,7 @@ class BufferOnlyTier:
             if tokens is None:
                 self._free_units(taken)
                 return None
-            step = component.unit_tokens
-            slots = tokens.tolist() if step == 1 else [t // step for t in tokens[::step].tolist()]
+            slots = component.unit_numbers(tokens)
             self.views[component.name].fill(slots, unit_labels(component.name, [hashes[p] for p in positions]))
             taken[component.name] = tokens
         return taken

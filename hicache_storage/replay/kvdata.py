@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from ..pipeline.device_pool import page_view
+from ..pipeline import page_view
 from .pages import page_contents
 
 __all__ = ["PageView", "copy_pages", "fill_pages", "matching_prefix", "pool_bytes"]

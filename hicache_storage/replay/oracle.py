@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..pipeline.components import Component
+from ..pipeline import Component
 from .pages import PageHasher
 from .sidecars import span_ends
 from .trace import TraceRequest

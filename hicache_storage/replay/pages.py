@@ -11,11 +11,10 @@ A page's content is its hash digest repeated to the page size, so every loaded p
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import numpy.typing as npt
 
+from ..keys import chain_digests
 from .trace import TraceRequest
 
 __all__ = ["PageHasher", "page_content", "page_contents"]
@@ -45,15 +44,14 @@ class PageHasher:
         return ids.tobytes()
 
     def hashes(self, request: TraceRequest) -> list[str]:
-        """Hex page hashes of the prompt's full pages, in order."""
+        """Hex page hashes of the prompt's full pages, in order (one chain across the blocks)."""
         result: list[str] = []
-        prior = b""
-        stride = 4 * self.page_size
+        prior: bytes | None = None
         for block_id, count in zip(request.hash_ids, self.block_tokens_of(request), strict=True):
-            raw = self.tokens(block_id, count - count % self.page_size)
-            for begin in range(0, len(raw), stride):
-                prior = hashlib.sha256(prior + raw[begin : begin + stride]).digest()
-                result.append(prior.hex())
+            digests = chain_digests(self.tokens(block_id, count - count % self.page_size), self.page_size, prior)
+            if digests:
+                prior = digests[-1]
+                result.extend(digest.hex() for digest in digests)
         return result
 
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from rich.table import Table
 
+from .config import EngineConfig
 from .oracle import HybridOracle, OracleResult
-
-if TYPE_CHECKING:
-    from .engine import EngineConfig
 
 __all__ = ["ModeResult", "RequestRecord", "comparison_table", "percentiles"]
 

@@ -17,8 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from ..pipeline.components import Component, DeviceStatePool, MambaComponent, SWAComponent
-from ..pipeline.device_pool import DeviceKVPool
+from ..pipeline import Component, DeviceKVPool, DeviceStatePool, MambaComponent, SWAComponent
 from .kvdata import fill_pages, matching_prefix, pool_bytes
 from .models import ReplayGeometry
 from .pages import page_contents

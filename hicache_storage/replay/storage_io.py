@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ..contract import HiCacheStorage
+from ..pipeline import pages_to_tokens
 
 __all__ = ["STORAGE_BATCH", "StorageIO", "io_seconds", "io_summary", "is_modelled"]
 
@@ -54,10 +53,6 @@ class StorageIO:
         self.backend = backend
         self.page_size = int(pool.page_size)
 
-    def _indices(self, slots: list[int]) -> torch.Tensor:
-        base = torch.tensor(slots, dtype=torch.int64)[:, None] * self.page_size
-        return (base + torch.arange(self.page_size, dtype=torch.int64)).reshape(-1)
-
     def exists_prefix(self, hashes: list[str]) -> int:
         """Leading run of stored pages (batches of 128, stopping at the first short one)."""
         found = 0
@@ -81,7 +76,7 @@ class StorageIO:
         done = 0
         for start in range(0, len(hashes), STORAGE_BATCH):
             chunk = hashes[start : start + STORAGE_BATCH]
-            ok = _leading(call(chunk, self._indices(slots[start : start + STORAGE_BATCH])))
+            ok = _leading(call(chunk, pages_to_tokens(slots[start : start + STORAGE_BATCH], self.page_size)))
             done += ok
             if ok < len(chunk):
                 break
