@@ -72,9 +72,6 @@ SLAB_FILE_MARK = "slab-"
 CLAIM_WAIT_S = 1.0
 #: Memory and length alignment asked of a page before it is moved with ``O_DIRECT``.
 DIRECT_ALIGN = BLOCK
-#: Largest piece of a page read by one ``preadv`` and hashed right after it, while those bytes are still
-#: in the CPU cache (a multiple of :data:`DIRECT_ALIGN`).
-HASH_CHUNK = 256 << 10
 _NO_WAYS: frozenset[int] = frozenset()
 _Hasher = xxhash.xxh3_64
 
@@ -199,7 +196,7 @@ class Slab:
             return None
         ways = self._ways
         digest = key_digest(key)
-        checksum: int | None = None  # hashed while the bytes are written, unless needed first
+        checksum: int | None = None  # hashed right after the bytes are written, unless needed first
         index, local_set = self._locate(digest)
         file, set_offset = self.files[index], SUPERBLOCK_SIZE + local_set * self._set_bytes
         stripe = (index * 7919 + local_set) % _STRIPES
@@ -356,8 +353,7 @@ class Slab:
     def _read_payload(
         self, file: SlabFile, offset: int, page: Sequence[memoryview], length: int, digest: bytes
     ) -> int | None:
-        """Read ``page`` from ``offset`` piece by piece, hashing each piece right after it is read;
-        returns the checksum of the bytes read, ``None`` for a short read."""
+        """Read ``page`` from ``offset``; the checksum of the bytes read, ``None`` for a short read."""
         hasher = _Hasher(seed=checksum_seed(digest))
         if file.direct_fd is not None and _aligned(page):
             try:
@@ -454,32 +450,6 @@ class _DirectRefused(Exception):
     """The kernel refused an ``O_DIRECT`` transfer before moving any byte (``EINVAL``)."""
 
 
-def _chunks(page: Sequence[memoryview], limit: int) -> list[list[memoryview]]:
-    """``page`` cut into consecutive pieces of at most ``limit`` bytes (segments split where longer)."""
-    if len(page) == 1 and page[0].nbytes <= limit:
-        return [list(page)]
-    pieces: list[list[memoryview]] = []
-    current: list[memoryview] = []
-    size = 0
-    for segment in page:
-        if segment.nbytes > limit:
-            view = memoryview(segment).cast("B") if segment.format != "B" or segment.ndim != 1 else segment
-            if current:
-                pieces.append(current)
-                current, size = [], 0
-            for start in range(0, view.nbytes, limit):
-                pieces.append([view[start : start + limit]])
-            continue
-        if size + segment.nbytes > limit and current:
-            pieces.append(current)
-            current, size = [], 0
-        current.append(segment)
-        size += segment.nbytes
-    if current:
-        pieces.append(current)
-    return pieces
-
-
 def _write_hashed(fd: int, page: Sequence[memoryview], offset: int, length: int, hasher: xxhash.xxh3_64) -> None:
     """``pwritev`` ``page`` at ``offset`` in one call, then hash it: the copy has just pulled the bytes into
     the CPU cache, where the hash finds them (hashing first would read them from memory; writing in
@@ -498,23 +468,21 @@ def _write_hashed(fd: int, page: Sequence[memoryview], offset: int, length: int,
 
 
 def _read_hashed(fd: int, page: Sequence[memoryview], offset: int, length: int, hasher: xxhash.xxh3_64) -> bool:
-    """``preadv`` ``page`` from ``offset`` in pieces of :data:`HASH_CHUNK`, hashing each piece right after
-    it is read; ``False`` for a short read. Raises :class:`_DirectRefused` as :func:`_write_hashed`."""
-    first = True
-    for piece in _chunks(page, HASH_CHUNK):
-        size = sum([segment.nbytes for segment in piece])
-        try:
-            done = _preadv_all(fd, piece, offset, size)
-        except OSError as error:
-            if first and error.errno == errno.EINVAL:
-                raise _DirectRefused from error
-            raise
-        if done != size:
-            return False
-        first = False
-        for segment in piece:
-            hasher.update(segment)
-        offset += size
+    """``preadv`` ``page`` from ``offset`` in one call, then hash it; ``False`` for a short read.
+
+    One call per page: a cold page is then one read of the drive, not one per piece. Raises
+    :class:`_DirectRefused` as :func:`_write_hashed`.
+    """
+    try:
+        done = _preadv_all(fd, page, offset, length)
+    except OSError as error:
+        if error.errno == errno.EINVAL:
+            raise _DirectRefused from error
+        raise
+    if done != length:
+        return False
+    for segment in page:
+        hasher.update(segment)
     return True
 
 

@@ -487,13 +487,10 @@ def test_raw_baseline_client(tmp_path: Path) -> None:
     baseline.close()
 
 
-# ----------------------------------------------------------------------------- pages read in pieces
+# ----------------------------------------------------------------------------- large pages
 @pytest.mark.parametrize("segments", [1, 3, 6])
-def test_pages_larger_than_a_hash_piece_round_trip_and_every_piece_is_checked(tmp_path: Path, segments: int) -> None:
-    """A page is read in pieces of ``HASH_CHUNK`` (segments grouped or split) and hashed piece by piece:
-    the checksum is the page's, and a damaged byte in any piece is a miss."""
-    size = 600 * 1024  # 2.3 pieces: one segment split in three, 200 KiB segments, 100 KiB segments grouped
-    assert size > 2 * slab.HASH_CHUNK
+def test_large_pages_round_trip_and_a_damaged_byte_anywhere_is_a_miss(tmp_path: Path, segments: int) -> None:
+    size = 600 * 1024
     backend = make_backend(tmp_path, capacity_bytes=8 << 20)
     space = KeySpace(
         model_name="m", dtype="uint8", layout="page_first", page_size=1, page_bytes=size, is_mla=False, pool="big"
@@ -507,7 +504,7 @@ def test_pages_larger_than_a_hash_piece_round_trip_and_every_piece_is_checked(tm
     assert backend.read_pages([skey], pages.pages[1:], ctx) == [True]
     assert pages.data(1) == data
     store = backend.raw_store()
-    for position in (10, slab.HASH_CHUNK + 10, size - 10):  # first, second and last piece
+    for position in (10, size // 2 + 10, size - 10):
         record = bytearray(store[skey])
         record[ENTRY_SIZE + position] ^= 0x01
         store[skey] = bytes(record)
@@ -518,14 +515,3 @@ def test_pages_larger_than_a_hash_piece_round_trip_and_every_piece_is_checked(tm
         store[skey] = bytes(record)
         assert backend.read_pages([skey], pages.pages[1:], ctx) == [True]
     backend.close()
-
-
-def test_chunks_cut_a_page_into_pieces_of_at_most_the_limit() -> None:
-    memory = bytearray(1000)
-    view = memoryview(memory)
-    page = [view[0:100], view[100:150], view[150:500], view[500:1000]]
-    pieces = slab._chunks(page, 200)
-    assert all(sum(s.nbytes for s in piece) <= 200 for piece in pieces)
-    assert b"".join(bytes(s) for piece in pieces for s in piece) == bytes(memory)
-    assert [[s.nbytes for s in piece] for piece in pieces] == [[100, 50], [200], [150], [200], [200], [100]]
-    assert slab._chunks([view], 1000) == [[view]]
