@@ -8,28 +8,24 @@ variables), so killing it disturbs nothing else on the machine.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import hashlib
-import ipaddress
-import multiprocessing
 import os
 import random
 import secrets
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
-from hicache_storage import HiCacheStorage, HostKVPool
+from hicache_storage import HiCacheStorage, HostKVPool, make_config
 from hicache_storage.testing import TestServices, random_keys
 from hicache_storage.testing import make_pool as make_test_pool
 
@@ -116,63 +112,6 @@ class PrivateServices(TestServices):
             with contextlib.suppress(RuntimeError):
                 self.run("stop", "all")
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------- TLS certificates
-class TlsFiles(NamedTuple):
-    """PEM files made by :func:`make_certs`: a CA, a server certificate for 127.0.0.1, a client certificate."""
-
-    ca: Path
-    cert: Path
-    key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def make_certs(directory: Path) -> TlsFiles:
-    """A throw-away CA and the server and client certificates it signs (EC P-256, valid one day)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "reliability test CA")])
-
-    def issue(subject: str, key: Any, ca: bool) -> bytes:
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(ca_name if ca else x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOST)), x509.DNSName("localhost")]),
-                critical=False,
-            )
-        return builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
-
-    def write_key(path: Path, key: Any) -> None:
-        path.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        )
-        path.chmod(0o600)
-
-    files = TlsFiles(*(directory / name for name in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")))
-    files.ca.write_bytes(issue("", ca_key, True))
-    for cert, key_path, subject in ((files.cert, files.key, HOST), (files.client_cert, files.client_key, "client")):
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert.write_bytes(issue(subject, key, False))
-        write_key(key_path, key)
-    return files
 
 
 # --------------------------------------------------------------------------- pages
@@ -386,6 +325,60 @@ class Workload:
         return None
 
 
+def open_mooncake(services: PrivateServices, tag: str, **extra: Any) -> HiCacheStorage:
+    """A Mooncake backend on the private master (started), its keys under a fresh ``<tag><hex>/`` prefix."""
+    from hicache_storage_mooncake import MooncakeBackend
+
+    services.ctl("start", "mooncake")
+    rpc, http = services.mooncake_ports[0], services.mooncake_ports[1]
+    options = {
+        "master_server_address": f"{HOST}:{rpc}",
+        "metadata_server": f"http://{HOST}:{http}/metadata",
+        "global_segment_size": 0,
+        "local_buffer_size": 16 << 20,
+        "setup_retries": 1,
+        "key_prefix": f"{tag}{secrets.token_hex(3)}/",
+        **extra,
+    }
+    backend = MooncakeBackend(make_config("m", extra_config=options))
+    backend.register_mem_pool_host(make_pool())
+    return backend
+
+
+def race_writers(
+    writers: Sequence[Any],
+    ready: Sequence[Any],
+    go: Any,
+    reader: Workload,
+    *,
+    start_s: float,
+    read_s: float,
+    join_s: float,
+) -> None:
+    """Start ``writers`` (processes), release them together and read with ``reader`` for ``read_s`` seconds.
+
+    Each writer sets its ``ready`` event when it is about to write and waits for ``go``; every writer
+    must exit with status 0. Writers still alive afterwards are killed.
+    """
+    for process in writers:
+        process.start()
+    try:
+        for event in ready:
+            assert event.wait(start_s), "writer process did not start"
+        go.set()
+        end = time.monotonic() + read_s
+        while time.monotonic() < end:
+            start = reader._rng.randrange(0, len(reader.keys) - reader.batch)
+            reader._read(reader.keys[start : start + reader.batch])
+        for process in writers:
+            process.join(join_s)
+            assert process.exitcode == 0
+    finally:
+        for process in writers:
+            if process.is_alive():
+                process.kill()
+
+
 def assert_clean(workload: Workload) -> None:
     """The invariants every fault test checks at the end."""
     report = workload.report
@@ -466,166 +459,6 @@ def unit_pid(services: PrivateServices, unit: str) -> int:
     return int(path.read_text().split()[0])
 
 
-# --------------------------------------------------------------------------- a TCP proxy that misbehaves
-class FaultProxy:
-    """A loopback TCP proxy in front of one server that can turn slow, hang, reset or refuse.
-
-    It runs in a process of its own, so it keeps forwarding while a client holds the GIL (some
-    native clients block in calls that never release it). Modes (:meth:`set`): ``pass``,
-    ``delay`` (every chunk held ``delay_s`` both ways), ``stall`` (forward nothing: a hung server),
-    ``reset`` (reset every connection, new ones at once), ``down`` (connection refused).
-    """
-
-    def __init__(self, target_port: int, target_host: str = HOST) -> None:
-        self.port = free_ports(1)[0]
-        context = multiprocessing.get_context("spawn")
-        self._control, child = context.Pipe()
-        self._process = context.Process(
-            target=_serve_proxy, args=(target_port, self.port, target_host, child), name="fault-proxy", daemon=True
-        )
-        self._process.start()
-        if not self._control.poll(30) or self._control.recv() != "ready":
-            self._process.kill()
-            raise RuntimeError("the fault proxy did not start")
-
-    @property
-    def address(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def set(self, mode: str, delay_s: float = 0.0) -> None:
-        """Switch to ``mode``; returns once the proxy has switched."""
-        self._control.send((mode, delay_s))
-        if not self._control.poll(10) or self._control.recv() != "ok":
-            raise RuntimeError(f"the fault proxy did not switch to {mode}")
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, EOFError, BrokenPipeError):
-            self._control.send(("close", 0.0))
-        self._process.join(5)
-        if self._process.is_alive():
-            self._process.kill()
-
-
-def _serve_proxy(target_port: int, port: int, target_host: str, control: Any) -> None:
-    """Body of the proxy process: serve until told to close (or the parent goes away)."""
-    server = _ProxyServer(target_port, port, target_host)
-    control.send("ready")
-    while True:
-        try:
-            mode, delay_s = control.recv()
-        except (EOFError, OSError):
-            break
-        if mode == "close":
-            break
-        server.set(mode, delay_s)
-        control.send("ok")
-    server.close()
-
-
-class _ProxyServer:
-    """A loopback TCP proxy in front of one server that can turn slow, hang, reset or refuse.
-
-    Modes: ``pass`` (forward at once), ``delay`` (hold every chunk ``delay_s`` before forwarding it,
-    both ways), ``stall`` (accept, then forward nothing: a hung server), ``reset`` (close every
-    connection, new ones at once), ``down`` (not listening: connection refused). Switching back to
-    ``pass`` resumes stalled connections, as ``SIGCONT`` resumes a stopped server.
-    """
-
-    def __init__(self, target_port: int, port: int, target_host: str = HOST) -> None:
-        self.target = (target_host, target_port)
-        self.port = port
-        self.mode = "pass"
-        self.delay_s = 0.0
-        self._lock = threading.Lock()
-        self._connections: list[socket.socket] = []
-        self._listener: socket.socket | None = None
-        self._closed = False
-        self._listen()
-
-    @property
-    def address(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def _listen(self) -> None:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((HOST, self.port))
-        listener.listen(128)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), name="fault-proxy-accept", daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            if self.mode == "reset":
-                _reset(client)
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                _reset(client)
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._connections += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), name="fault-proxy-pump", daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while True:
-                data = source.recv(1 << 16)
-                if not data:
-                    break
-                while self.mode == "stall" and not self._closed:
-                    time.sleep(0.01)
-                if self.mode == "delay":
-                    time.sleep(self.delay_s)
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def _drop_connections(self) -> None:
-        with self._lock:
-            connections, self._connections = self._connections, []
-        for connection in connections:
-            _reset(connection)
-
-    def set(self, mode: str, delay_s: float = 0.0) -> None:
-        """Switch to ``mode`` (see the class docstring)."""
-        assert mode in ("pass", "delay", "stall", "reset", "down"), mode
-        if mode == "down" and self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if mode in ("reset", "down"):
-            self._drop_connections()
-        self.delay_s = delay_s
-        self.mode = mode
-        if mode != "down" and self._listener is None:
-            self._listen()
-
-    def close(self) -> None:
-        self._closed = True
-        if self._listener is not None:
-            self._listener.close()
-        self._drop_connections()
-
-
-def _reset(connection: socket.socket) -> None:
-    """Close with an RST (``SO_LINGER`` 0), as a server refusing a connection it accepted does."""
-    with contextlib.suppress(OSError):
-        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    with contextlib.suppress(OSError):
-        connection.close()
-
-
 # --------------------------------------------------------------------------- timed calls
 class TimedWorkload(Workload):
     """A :class:`Workload` that also times every storage call it makes (``calls``: (ended at, seconds, what))."""
@@ -689,38 +522,3 @@ def fault_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['wrong_pages']} | {recovery} |"
         )
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- mounts
-def mount(*args: str) -> None:
-    """Run ``mount ARGS`` (raises when it fails)."""
-    subprocess.run(["mount", *args], check=True, capture_output=True, timeout=20)
-
-
-def umount(target: Path) -> None:
-    """Unmount ``target`` until it is no longer a mount point (a bind mount may be stacked)."""
-    for _ in range(5):
-        subprocess.run(["umount", str(target)], check=False, capture_output=True, timeout=20)
-        if not mounted(target):
-            return
-
-
-def mounted(target: Path) -> bool:
-    """Whether ``target`` is a mount point."""
-    with open("/proc/self/mounts", encoding="utf-8") as mounts:
-        return any(line.split()[1] == str(target) for line in mounts)
-
-
-def can_mount() -> bool:
-    """Whether this process may mount file systems (root, and mount present and working)."""
-    if os.geteuid() != 0:
-        return False
-    probe = Path(tempfile.mkdtemp(prefix="hc-rel-mount-probe-"))
-    try:
-        mount("-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe))
-    except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired):
-        return False
-    finally:
-        umount(probe)
-        probe.rmdir()
-    return True

@@ -5,12 +5,11 @@ option or the key; nothing is written and no server is needed to say so."""
 from __future__ import annotations
 
 import math
-import secrets
 from typing import Any
 
 import pytest
 import torch
-from rel_support import HOST, PrivateServices, make_keys, make_pool, round_trip_ok
+from rel_support import PrivateServices, make_keys, make_pool, open_mooncake, round_trip_ok
 
 from hicache_storage import ConfigError, InvalidKeyError, make_config
 
@@ -117,20 +116,7 @@ HOSTILE = ["../../etc/passwd", "a/b", "", "a\x00b", "key\n", "*", "{tag}", "ü",
 
 @pytest.mark.services
 def test_hostile_keys_never_reach_mooncake(services: PrivateServices) -> None:
-    from hicache_storage_mooncake import MooncakeBackend
-
-    services.ctl("start", "mooncake")
-    rpc, http = services.mooncake_ports[0], services.mooncake_ports[1]
-    options = {
-        "master_server_address": f"{HOST}:{rpc}",
-        "metadata_server": f"http://{HOST}:{http}/metadata",
-        "global_segment_size": 0,
-        "local_buffer_size": 16 << 20,
-        "setup_retries": 1,
-        "key_prefix": f"bad{secrets.token_hex(3)}/",
-    }
-    backend = MooncakeBackend(make_config("m", extra_config=options))
-    backend.register_mem_pool_host(make_pool())
+    backend = open_mooncake(services, "bad")
     pool = backend.mem_pool_host
     try:
         one = torch.arange(0, pool.page_size)

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from fault_proxy import FaultProxy
 from rel_support import (
     HOST,
-    FaultProxy,
     PrivateServices,
     TimedWorkload,
     assert_clean,

@@ -21,18 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mounts import can_mount, mount, umount
 from rel_support import (
     PAGE_SIZE,
     Workload,
     assert_clean,
-    can_mount,
     fault_phase,
     fill_page,
     make_keys,
     make_pool,
-    mount,
+    race_writers,
     record,
-    umount,
 )
 
 from hicache_storage import make_config
@@ -222,25 +221,11 @@ def test_two_processes_write_the_same_keys(tmp_path: Path) -> None:
         context.Process(target=_writer, args=(str(root), salt, version, 2.0, (ready[i], go)))
         for i, version in enumerate((1, 2))
     ]
-    for process in writers:
-        process.start()
     backend, pool = open_file(root)
     reader = Workload(backend, pool, batch=8, universe=32, salt=salt, versions=(1, 2))
     try:
-        for event in ready:
-            assert event.wait(30), "writer process did not start"
-        go.set()
-        end = time.monotonic() + 2.0
-        while time.monotonic() < end:
-            start = reader._rng.randrange(0, 24)
-            reader._read(reader.keys[start : start + 8])
-        for process in writers:
-            process.join(20)
-            assert process.exitcode == 0
+        race_writers(writers, ready, go, reader, start_s=30, read_s=2.0, join_s=20)
     finally:
-        for process in writers:
-            if process.is_alive():
-                process.kill()
         backend.close()
     assert_clean(reader)
     assert reader.report.hits > 100, "the reader hardly ever hit: the race was not exercised"

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import pytest
-from rel_support import HOST, PrivateServices, Workload, assert_clean, make_pool, record
+from rel_support import HOST, PrivateServices, Workload, assert_clean, make_pool, race_writers, record
 
 from hicache_storage import make_config
 
@@ -171,25 +171,11 @@ def test_mooncake_two_processes_write_the_same_keys(services: PrivateServices) -
         context.Process(target=_mooncake_writer, args=(ports, (salt, prefix), version, (ready[i], go)))
         for i, version in enumerate((1, 2))
     ]
-    for process in writers:
-        process.start()
     backend, pool = _open_with_ports(ports, prefix)
     reader = Workload(backend, pool, batch=8, universe=32, salt=salt, versions=(1, 2))
     try:
-        for event in ready:
-            assert event.wait(60), "writer process did not start"
-        go.set()
-        end = time.monotonic() + 2.5
-        while time.monotonic() < end:
-            start = reader._rng.randrange(0, 24)
-            reader._read(reader.keys[start : start + 8])
-        for process in writers:
-            process.join(60)
-            assert process.exitcode == 0
+        race_writers(writers, ready, go, reader, start_s=60, read_s=2.5, join_s=60)
     finally:
-        for process in writers:
-            if process.is_alive():
-                process.kill()
         backend.close()
     assert_clean(reader)
     record("mooncake.two_writers.verified_hits", reader.report.hits)

@@ -20,18 +20,16 @@ from typing import Any
 
 import pytest
 import torch
+from mounts import can_mount, mount, umount
 from rel_support import (
-    HOST,
     PAGE_SIZE,
     PrivateServices,
     Workload,
     assert_clean,
-    can_mount,
     make_keys,
     make_pool,
-    mount,
+    open_mooncake,
     page_content,
-    umount,
 )
 
 from hicache_storage import ConfigError, HiCacheStorage, UnsupportedOperation, load_backend, make_config
@@ -188,31 +186,12 @@ def test_file_record_symlinked_under_another_key_is_a_miss(tmp_path: Path) -> No
 @pytest.mark.services
 def test_mooncake_object_copied_under_another_key_is_a_miss(services: PrivateServices) -> None:
     pytest.importorskip("hicache_storage_mooncake")
-    backend = open_mooncake(services)
+    backend = open_mooncake(services, "int")
     try:
         check_copied_record_misses(backend, _planter(backend, "mooncake"))
         assert backend.stats.get("mooncake_key_mismatch") >= 1
     finally:
         backend.close()
-
-
-def open_mooncake(services: PrivateServices, **extra: Any) -> HiCacheStorage:
-    from hicache_storage_mooncake import MooncakeBackend
-
-    services.ctl("start", "mooncake")
-    rpc, http = services.mooncake_ports[0], services.mooncake_ports[1]
-    options = {
-        "master_server_address": f"{HOST}:{rpc}",
-        "metadata_server": f"http://{HOST}:{http}/metadata",
-        "global_segment_size": 0,
-        "local_buffer_size": 16 << 20,
-        "setup_retries": 1,
-        "key_prefix": f"int{secrets.token_hex(3)}/",
-        **extra,
-    }
-    backend = MooncakeBackend(make_config("m", extra_config=options))
-    backend.register_mem_pool_host(make_pool())
-    return backend
 
 
 # --------------------------------------------------------------------------- authentication

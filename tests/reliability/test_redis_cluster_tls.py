@@ -25,12 +25,10 @@ from rel_support import (
     HOST,
     PAGE_SIZE,
     TimedWorkload,
-    TlsFiles,
     assert_clean,
     fault_phase,
     fill_page,
     free_ports,
-    make_certs,
     make_keys,
     make_pool,
     page_content,
@@ -39,6 +37,7 @@ from rel_support import (
     round_trip_ok,
     scramble_pages,
 )
+from tls_certs import TlsFiles, make_certs
 
 from hicache_storage import ConfigError, HiCacheStorage, load_backend, make_config
 from hicache_storage.plugin.page_format import HEADER_SIZE

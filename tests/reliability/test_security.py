@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 import torch
-from rel_support import HOST, PrivateServices, free_ports, make_certs, make_keys, make_pool, round_trip_ok
+from rel_support import HOST, PrivateServices, free_ports, make_keys, make_pool, round_trip_ok
+from tls_certs import make_certs
 
 from hicache_storage import HiCacheStorage, InvalidKeyError, make_config, page_hashes
 
