@@ -17,10 +17,12 @@ import importlib
 import importlib.util
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 STORAGE_MODULE = "sglang.srt.mem_cache.hicache_storage"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # engine_configs, sglang_controllers
 
 
 def _forget_sglang() -> None:

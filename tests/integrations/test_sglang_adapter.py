@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from engine_configs import engine_fields
 
 from hicache_storage import BackendLoadError, ConfigError, HostKVPool, make_config, testing
 from hicache_storage.integrations import sglang as adapter
@@ -253,17 +254,7 @@ def test_construction_errors_name_the_option(tmp_path: Path) -> None:
 
 def test_sdk_config_from_an_engine_config() -> None:
     engine = SimpleNamespace(
-        tp_rank=1,
-        tp_size=2,
-        pp_rank=0,
-        pp_size=1,
-        attn_cp_rank=0,
-        attn_cp_size=1,
-        is_mla_model=False,
-        enable_storage_metrics=True,
-        is_page_first_layout=True,
-        model_name="org/model",
-        extra_config={"backend": "sim"},
+        **engine_fields({"backend": "sim"}, tp_rank=1, tp_size=2)
     )  # an older SGLang: no dp_rank, dcp_* or logical_page_size
     config = sdk_config(engine)
     assert (config.tp_rank, config.tp_size, config.dcp_size, config.extra_config) == (1, 2, 1, {"backend": "sim"})
@@ -275,18 +266,7 @@ def test_sdk_config_from_an_engine_config() -> None:
 def engine_config(path: Path, **more: Any) -> SimpleNamespace:
     """An engine's storage config as SGLang passes it, plus ``more`` fields (a newer SGLang's)."""
     return SimpleNamespace(
-        tp_rank=0,
-        tp_size=1,
-        pp_rank=0,
-        pp_size=1,
-        attn_cp_rank=0,
-        attn_cp_size=1,
-        is_mla_model=False,
-        enable_storage_metrics=False,
-        is_page_first_layout=True,
-        model_name="org/model",
-        extra_config=extra_config_for("file", path=str(path)),
-        **more,
+        **engine_fields(extra_config_for("file", path=str(path)), enable_storage_metrics=False, **more)
     )
 
 

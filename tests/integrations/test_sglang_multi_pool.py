@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 import torch
+from engine_configs import engine_fields
 
 from hicache_storage.integrations.sglang import SGLangBackend, extra_config_for, sglang_available
 from hicache_storage.testing import TestServices, make_hybrid_pools, page_bytes
@@ -82,19 +83,7 @@ def redis_url() -> str:
 
 
 def engine_config(sg: SimpleNamespace, extra: dict[str, Any]) -> Any:
-    return sg.HiCacheStorageConfig(
-        tp_rank=0,
-        tp_size=1,
-        pp_rank=0,
-        pp_size=1,
-        attn_cp_rank=0,
-        attn_cp_size=1,
-        is_mla_model=False,
-        enable_storage_metrics=True,
-        is_page_first_layout=True,
-        model_name="org/hybrid-model",
-        extra_config=extra,
-    )
+    return sg.HiCacheStorageConfig(**engine_fields(extra, model_name="org/hybrid-model"))
 
 
 @dataclass

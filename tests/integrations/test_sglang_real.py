@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from engine_configs import engine_fields
 from hicache_storage_conformance import BackendConformance
 
 from hicache_storage import HostKVPool
@@ -33,19 +34,7 @@ LAYOUTS = ["layer_first", "page_first", "page_first_direct"]
 def engine_config(extra: dict[str, Any], *, is_mla: bool = False, metrics: bool = True) -> Any:
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 
-    return HiCacheStorageConfig(
-        tp_rank=0,
-        tp_size=1,
-        pp_rank=0,
-        pp_size=1,
-        attn_cp_rank=0,
-        attn_cp_size=1,
-        is_mla_model=is_mla,
-        enable_storage_metrics=metrics,
-        is_page_first_layout=True,
-        model_name="org/model",
-        extra_config=extra,
-    )
+    return HiCacheStorageConfig(**engine_fields(extra, is_mla_model=is_mla, enable_storage_metrics=metrics))
 
 
 def make_pool(layout: str, is_mla: bool) -> HostKVPool:
