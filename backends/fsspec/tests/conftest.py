@@ -12,11 +12,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fsspec_support import SERVICES, control, s3_storage_options, settings
+from fsspec_support import SERVICES, s3_storage_options, settings
 from hicache_storage_fsspec import FsspecBackend
 
-from hicache_storage import HostKVPool
-from hicache_storage.testing import close_backends, make_backend
+from hicache_storage.testing.fixtures import BackendFactory, fresh_s3_bucket
 
 
 @pytest.fixture(scope="session")
@@ -26,10 +25,7 @@ def env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def bucket(env: dict[str, str]) -> str:
-    control("start", "s3")
-    name = f"hc-fs-{secrets.token_hex(4)}"
-    SERVICES.s3_bucket(name, env)
-    return name
+    return fresh_s3_bucket(SERVICES, env, "hc-fs")
 
 
 @pytest.fixture(params=["memory", "local", "s3"])
@@ -47,13 +43,8 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def open_backend() -> Iterator[Any]:
+def open_backend() -> Iterator[BackendFactory[FsspecBackend]]:
     """Factory: ``open_backend(options, pool=None)``; every backend is cleared and closed afterwards."""
-    opened: list[FsspecBackend] = []
-
-    def factory(options: dict[str, Any], pool: HostKVPool | None = None, model: str = "m") -> FsspecBackend:
-        opened.append(make_backend(FsspecBackend, options, pool, model=model))
-        return opened[-1]
-
+    factory = BackendFactory(FsspecBackend)
     yield factory
-    close_backends(opened)
+    factory.close()

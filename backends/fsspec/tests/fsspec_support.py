@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from hicache_storage.testing import TestServices
+from hicache_storage.testing.fixtures import checkout_services
 
 __all__ = ["SERVICES", "control", "s3_storage_options", "settings"]
 
-SERVICES = TestServices(Path(__file__).resolve().parents[3])
+SERVICES = checkout_services(__file__)
 settings = SERVICES.settings
 control = SERVICES.control
 

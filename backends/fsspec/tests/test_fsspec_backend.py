@@ -12,7 +12,7 @@ from fsspec_support import SERVICES, control, s3_storage_options
 from hicache_storage_fsspec import FsspecBackend
 
 from hicache_storage import ConfigError, load_backend, make_config
-from hicache_storage.plugin.page_format import HEADER_SIZE, encode_record
+from hicache_storage.plugin.page_format import encode_record
 from hicache_storage.testing import (
     FAST_RESILIENCE,
     PAGE_SIZE,
@@ -22,6 +22,7 @@ from hicache_storage.testing import (
     page_indices,
     random_keys,
 )
+from hicache_storage.testing.fixtures import DAMAGES, check_damaged_page_is_a_counted_miss
 
 FAST = FAST_RESILIENCE
 
@@ -55,24 +56,9 @@ def test_v0_partial_hits_delete_and_stored_format(location: dict[str, Any], open
     assert backend.batch_exists_each(keys) == [False, False, True, False]
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_damaged_file_is_a_counted_miss(location: dict[str, Any], open_backend: Any, damage: str) -> None:
-    backend = open_backend(location)
-    keys = random_keys(2)
-    assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
-    store = backend.raw_store()
-    skey = backend.keyspace.storage_key(keys[0])
-    record = bytearray(store[skey])
-    if damage == "flip":
-        record[-7] ^= 0x80
-    elif damage == "truncate":
-        del record[-1:]
-    else:
-        record[:HEADER_SIZE] = b"\xff" * HEADER_SIZE
-    store[skey] = bytes(record)
-    assert backend.batch_get_v1(keys, page_indices(4, 2)) == [False, True]
-    assert backend.stats.get("integrity_failures") == 1
-    assert backend.batch_exists_each(keys) == [damage != "truncate", True]
+    check_damaged_page_is_a_counted_miss(open_backend(location), damage)
 
 
 def test_isolation_and_scoped_clear(location: dict[str, Any], open_backend: Any) -> None:

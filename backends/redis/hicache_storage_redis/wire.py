@@ -38,7 +38,7 @@ import ssl
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
@@ -68,6 +68,7 @@ GetGroup = tuple[Any, Sequence[tuple[bytes, Sequence[memoryview]]]]
 CommandGroup = tuple[Any, Sequence[bytes]]
 #: One server's replies, or the exception its connection raised.
 GroupResult = list[Any] | BaseException
+_Request = TypeVar("_Request")
 
 _READ_CHUNK = 1 << 16
 _CRLF = b"\r\n"
@@ -330,42 +331,39 @@ def set_pages(
     headers = Lookahead(lambda page: codec.header(page[0], page[1]), pages, hasher)
     suffix = _set_suffix(ttl_ms)
     connections = _Connections(budget)
-    readers: list[_Reader | None] = []
-    results: list[GroupResult] = []
+    readers: list[_Reader | None] = [None] * len(groups)
+    results: list[GroupResult] = [[] for _ in groups]
+    firsts = [0]
+    for _node, requests in groups:
+        firsts.append(firsts[-1] + len(requests))
+
+    def send(number: int) -> None:
+        node, requests = groups[number]
+        out = results[number]
+        assert isinstance(out, list)
+        sock = connections.take(node)
+        reader = readers[number] = _Reader(sock, budget)
+        tail = b""
+        for sent, (key, _storage_key, segments) in enumerate(requests, 1):
+            header = headers.get(firsts[number] + sent - 1)
+            payload = sum(segment.nbytes for segment in segments)
+            _send(sock, [tail + _set_prefix(key, header, payload, ttl_ms), *segments], headers.advance, budget)
+            tail = suffix
+            if sent % window == 0 and sent > window:  # keep at most two windows unanswered
+                out.extend(_set_reply(reader.reply()) for _ in range(window))
+        if tail:
+            budget.arm(sock)
+            sock.sendall(tail)
+
+    def collect(number: int) -> None:
+        pending, done = readers[number], results[number]
+        if pending is None or not isinstance(done, list):
+            return
+        done.extend(_set_reply(pending.reply()) for _ in range(len(groups[number][1]) - len(done)))
+
     try:
-        position = 0
-        for number, (node, requests) in enumerate(groups):
-            out: list[Any] = []
-            results.append(out)
-            readers.append(None)
-            first = position
-            position += len(requests)
-            try:
-                sock = connections.take(node)
-                reader = readers[number] = _Reader(sock, budget)
-                tail = b""
-                for sent, (key, _storage_key, segments) in enumerate(requests, 1):
-                    header = headers.get(first + sent - 1)
-                    payload = sum(segment.nbytes for segment in segments)
-                    _send(sock, [tail + _set_prefix(key, header, payload, ttl_ms), *segments], headers.advance, budget)
-                    tail = suffix
-                    if sent % window == 0 and sent > window:  # keep at most two windows unanswered
-                        out.extend(_set_reply(reader.reply()) for _ in range(window))
-                if tail:
-                    budget.arm(sock)
-                    sock.sendall(tail)
-            except Exception as error:  # this server fails; the others go on
-                connections.fail(number)
-                results[number] = error
-        for number, (_node, requests) in enumerate(groups):
-            pending, done = readers[number], results[number]
-            if pending is None or not isinstance(done, list):
-                continue
-            try:
-                done.extend(_set_reply(pending.reply()) for _ in range(len(requests) - len(done)))
-            except Exception as error:
-                connections.fail(number)
-                results[number] = error
+        _each_live_group(results, connections, send)  # a server that fails is dropped; the others go on
+        _each_live_group(results, connections, collect)
         return results
     finally:
         headers.close()
@@ -395,33 +393,16 @@ def get_pages(
     budget = budget or Budget(None, math.inf)
     connections = _Connections(budget)
     digests: list[list[Any]] = [[] for _ in groups]
-    socks: list[Any] = []
-    results: list[GroupResult] = []
+    results: list[GroupResult] = [[] for _ in groups]
     try:
-        for number, (node, requests) in enumerate(groups):
-            results.append([])
-            socks.append(None)
-            try:
-                sock = socks[number] = connections.take(node)
-                budget.arm(sock)
-                sock.sendall(_get_requests(requests[:window]))
-            except Exception as error:
-                connections.fail(number)
-                results[number] = error
-        for number, (_node, requests) in enumerate(groups):
-            sock, out = socks[number], results[number]
-            if sock is None or not isinstance(out, list):
-                continue
-            try:
-                reader = _Reader(sock, budget)
-                for index, (_key, segments) in enumerate(requests):
-                    if index % window == window - 1 and index + 1 < len(requests):
-                        budget.arm(sock)
-                        sock.sendall(_get_requests(requests[index + 1 : index + 1 + window]))
-                    out.append(_get_reply(reader, segments, hasher, digests[number]))
-            except Exception as error:
-                connections.fail(number)
-                results[number] = error
+        _windowed(
+            groups,
+            results,
+            connections,
+            window,
+            encode=_get_requests,
+            read=lambda number, reader, request: _get_reply(reader, request[1], hasher, digests[number]),
+        )
         return results
     finally:
         for number, result in enumerate(results):
@@ -464,33 +445,58 @@ def run_commands(groups: Sequence[CommandGroup], window: int = 64, budget: Budge
     """
     budget = budget or Budget(None, math.inf)
     connections = _Connections(budget)
-    socks: list[Any] = []
-    results: list[GroupResult] = []
+    results: list[GroupResult] = [[] for _ in groups]
     try:
-        for number, (node, requests) in enumerate(groups):
-            results.append([])
-            socks.append(None)
-            try:
-                sock = socks[number] = connections.take(node)
-                budget.arm(sock)
-                sock.sendall(b"".join(requests[:window]))
-            except Exception as error:
-                connections.fail(number)
-                results[number] = error
-        for number, (_node, requests) in enumerate(groups):
-            sock, out = socks[number], results[number]
-            if sock is None or not isinstance(out, list):
-                continue
-            try:
-                reader = _Reader(sock, budget)
-                for index in range(len(requests)):
-                    if index % window == window - 1 and index + 1 < len(requests):
-                        budget.arm(sock)
-                        sock.sendall(b"".join(requests[index + 1 : index + 1 + window]))
-                    out.append(reader.reply())
-            except Exception as error:
-                connections.fail(number)
-                results[number] = error
+        _windowed(
+            groups, results, connections, window, encode=b"".join, read=lambda _number, reader, _request: reader.reply()
+        )
         return results
     finally:
         connections.finish()
+
+
+def _each_live_group(results: list[GroupResult], connections: _Connections, step: Callable[[int], None]) -> None:
+    """``step(number)`` for each group not failed yet; an exception fails that group only (its result)."""
+    for number, result in enumerate(results):
+        if not isinstance(result, list):
+            continue
+        try:
+            step(number)
+        except Exception as error:  # this server fails; the others go on
+            connections.fail(number)
+            results[number] = error
+
+
+def _windowed(
+    groups: Sequence[tuple[Any, Sequence[_Request]]],
+    results: list[GroupResult],
+    connections: _Connections,
+    window: int,
+    *,
+    encode: Callable[[Sequence[_Request]], bytes],
+    read: Callable[[int, _Reader, _Request], Any],
+) -> None:
+    """Pipeline each group's requests a window at a time, appending ``read(number, reader, request)``
+    to its result; the next window is sent just before the last reply of the current one is read."""
+    budget = connections.budget
+    socks: list[Any] = [None] * len(groups)
+
+    def open_and_send(number: int) -> None:
+        node, requests = groups[number]
+        sock = socks[number] = connections.take(node)
+        budget.arm(sock)
+        sock.sendall(encode(requests[:window]))
+
+    def receive(number: int) -> None:
+        sock, out, requests = socks[number], results[number], groups[number][1]
+        if sock is None or not isinstance(out, list):
+            return
+        reader = _Reader(sock, budget)
+        for index, request in enumerate(requests):
+            if index % window == window - 1 and index + 1 < len(requests):
+                budget.arm(sock)
+                sock.sendall(encode(requests[index + 1 : index + 1 + window]))
+            out.append(read(number, reader, request))
+
+    _each_live_group(results, connections, open_and_send)
+    _each_live_group(results, connections, receive)

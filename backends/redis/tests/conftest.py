@@ -6,7 +6,6 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,8 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hicache_storage_redis import RedisBackend
 from redis_support import control, settings
 
-from hicache_storage import HostKVPool
-from hicache_storage.testing import close_backends, make_backend
+from hicache_storage.testing.fixtures import BackendFactory
 
 
 @pytest.fixture(scope="session")
@@ -37,14 +35,8 @@ def cluster_nodes(env: dict[str, str]) -> list[str]:
 
 
 @pytest.fixture
-def open_backend() -> Iterator[Any]:
-    """Factory: ``open_backend(options, pool=None)``; every backend is cleared and closed afterwards."""
-    opened: list[RedisBackend] = []
-
-    def factory(options: dict[str, Any], pool: HostKVPool | None = None, model: str = "m") -> RedisBackend:
-        extra = {"key_prefix": f"t{secrets.token_hex(4)}:", **options}
-        opened.append(make_backend(RedisBackend, extra, pool, model=model))
-        return opened[-1]
-
+def open_backend() -> Iterator[BackendFactory[RedisBackend]]:
+    """Factory: ``open_backend(options, pool=None)`` under a fresh key prefix; cleared and closed afterwards."""
+    factory = BackendFactory(RedisBackend, lambda: {"key_prefix": f"t{secrets.token_hex(4)}:"})
     yield factory
-    close_backends(opened)
+    factory.close()

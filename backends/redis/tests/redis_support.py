@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from hicache_storage.testing.fixtures import checkout_services
 
-from hicache_storage.testing import TestServices
+__all__ = ["SERVICES", "control", "settings"]
 
-SERVICES = TestServices(Path(__file__).resolve().parents[3])
+SERVICES = checkout_services(__file__)
 settings = SERVICES.settings
 control = SERVICES.control

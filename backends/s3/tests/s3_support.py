@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from hicache_storage.testing import TestServices, s3_client
+from hicache_storage.testing import s3_client
+from hicache_storage.testing.fixtures import checkout_services
 
 __all__ = ["SERVICES", "control", "s3_client", "s3_options", "settings"]
 
-SERVICES = TestServices(Path(__file__).resolve().parents[3])
+SERVICES = checkout_services(__file__)
 settings = SERVICES.settings
 control = SERVICES.control
 

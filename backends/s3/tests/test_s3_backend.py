@@ -12,7 +12,7 @@ from hicache_storage_s3 import S3Backend
 from s3_support import SERVICES, control, s3_client, s3_options
 
 from hicache_storage import ConfigError, load_backend, make_config
-from hicache_storage.plugin.page_format import HEADER_SIZE, encode_record
+from hicache_storage.plugin.page_format import encode_record
 from hicache_storage.testing import (
     FAST_RESILIENCE,
     PAGE_SIZE,
@@ -22,6 +22,7 @@ from hicache_storage.testing import (
     page_indices,
     random_keys,
 )
+from hicache_storage.testing.fixtures import DAMAGES, check_damaged_page_is_a_counted_miss
 
 FAST = FAST_RESILIENCE
 
@@ -64,25 +65,9 @@ def test_object_layout_is_fanned_out_record(env: dict[str, str], open_backend: A
     assert body == encode_record([memoryview(page_bytes(pool, 0))], skey)
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_damaged_object_is_a_counted_miss(open_backend: Any, damage: str) -> None:
-    pool = make_pool()
-    backend = open_backend(pool=pool)
-    keys = random_keys(2)
-    assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
-    store = backend.raw_store()
-    skey = backend.keyspace.storage_key(keys[0])
-    record = bytearray(store[skey])
-    if damage == "flip":
-        record[-3] ^= 0x01
-    elif damage == "truncate":
-        del record[-10:]
-    else:
-        record[:HEADER_SIZE] = b"\x00" * HEADER_SIZE
-    store[skey] = bytes(record)
-    assert backend.batch_get_v1(keys, page_indices(4, 2)) == [False, True]
-    assert backend.stats.get("integrity_failures") == 1
-    assert backend.batch_exists_each(keys) == [damage != "truncate", True]
+    check_damaged_page_is_a_counted_miss(open_backend(pool=make_pool()), damage)
 
 
 def test_isolation_clear_and_delete(env: dict[str, str], open_backend: Any, bucket: str) -> None:
