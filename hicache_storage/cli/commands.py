@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .. import __version__
 from ..contract import API_VERSION
 from ..errors import BackendLoadError, ConfigError
 from .arguments import parse_json_option
+from .progress import progress_bar
 
 __all__ = ["build_parser", "parse_json_option", "run"]
 
@@ -66,15 +66,7 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
         plans, owned = default_demo_backends(args.path)
     results = []
     try:
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            disable=args.json is not None and not console.is_terminal,
-        ) as progress:
+        with progress_bar(console, disable=args.json is not None and not console.is_terminal) as progress:
             for name, extra in plans:
                 task = progress.add_task(f"{name}: write + read back", total=2 * args.pages)
                 results.append(
