@@ -7,7 +7,7 @@ Writing a page (no lock is shared between processes; see ``docs/backends/slab.md
    damaged slot, else the slot with the oldest ``seq`` that holds another key.
 2. Claim a victim: its header becomes ``WRITING`` with this write's digest, ``seq`` and writer id,
    so the key it held stops being found before its bytes are overwritten.
-3. ``pwritev`` the page's segments into the slot, straight from host memory.
+3. ``pwritev`` the page's segments into the slot in one call, straight from host memory, then hash them.
 4. Commit: re-read the header; if the claim is still ours, write the ``COMMITTED`` header (digest,
    length, ``seq``, checksum). Only now can a reader or ``exists`` find the page. A claim taken
    over by another writer is a failed write.
