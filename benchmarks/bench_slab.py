@@ -49,31 +49,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_file import FileBackend
 from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.raw_baseline import RawSlab
 
 from hicache_storage import HostKVPool, make_config
 
-PAGE_SIZE = 32  # tokens; 4 layers x 8 heads x 128 dims x bf16 x (K, V) x 32 tokens = 512 KiB
 SLAB_ROUNDS = 4  # the slab holds this many rounds of pages
 PHASES = ("write", "read_warm", "read_cold")
 Batch = Callable[[int, int], None]  # (round, batch number)
-
-
-def make_pool(batch: int) -> HostKVPool:
-    pool = HostKVPool(
-        num_pages=batch,
-        page_size=PAGE_SIZE,
-        layer_num=4,
-        head_num=8,
-        head_dim=128,
-        dtype="bfloat16",
-        layout="page_first",
-    )
-    raw = pool.kv_buffer.view(-1).view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0)))
-    return pool
 
 
 def keys_for(tag: str, count: int) -> list[str]:

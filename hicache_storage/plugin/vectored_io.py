@@ -7,13 +7,14 @@ than ``IOV_MAX`` buffers or a short write.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import select
 import socket
 from collections.abc import Callable, Sequence
 
-__all__ = ["IOV_MAX", "byte_views", "preadv_all", "sendmsg_all", "writev_all"]
+__all__ = ["IOV_MAX", "byte_views", "preadv_all", "pwritev_all", "sendmsg_all", "writev_all"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -58,6 +59,21 @@ def writev_all(fd: int, buffers: Sequence[Buffer], total: int) -> None:
         written = os.writev(fd, pending[:IOV_MAX])
         if written <= 0:
             raise OSError(f"writev wrote {written} bytes with {sum(v.nbytes for v in pending)} pending")
+        _advance(pending, written)
+
+
+def pwritev_all(fd: int, buffers: Sequence[Buffer], offset: int, total: int) -> None:
+    """Write all ``total`` bytes of ``buffers`` in order to ``fd`` at ``offset`` (the file offset is unchanged)."""
+    done = os.pwritev(fd, buffers, offset) if len(buffers) <= IOV_MAX else 0
+    if done == total:
+        return
+    pending = byte_views(buffers)
+    _advance(pending, done)
+    while pending:
+        written = os.pwritev(fd, pending[:IOV_MAX], offset + done)
+        if written <= 0:
+            raise OSError(errno.EIO, f"pwritev wrote {written} bytes with {total - done} pending")
+        done += written
         _advance(pending, written)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_storage.plugin.vectored_io import IOV_MAX, preadv_all, sendmsg_all, writev_all
+from hicache_storage.plugin.vectored_io import IOV_MAX, preadv_all, pwritev_all, sendmsg_all, writev_all
 
 
 def _segments(count: int, size: int) -> list[memoryview]:
@@ -134,3 +134,17 @@ def test_sendmsg_all_with_work_times_out_like_a_blocking_send() -> None:
     finally:
         left.close()
         right.close()
+
+
+def test_pwritev_all_writes_at_the_offset_and_leaves_the_file_offset(tmp_path: Path) -> None:
+    segments = _segments(IOV_MAX + 5, 3)
+    total = sum(s.nbytes for s in segments)
+    path = tmp_path / "f"
+    path.write_bytes(b"-" * 10)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        pwritev_all(fd, segments, 7, total)
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 0
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"-" * 7 + b"".join(segments)

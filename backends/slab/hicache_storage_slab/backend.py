@@ -24,10 +24,11 @@ from hicache_storage import BackendFault, Capabilities, ConfigError, HiCacheStor
 from hicache_storage.batch_context import BatchContext
 
 from .layout import ENTRY_SIZE, Geometry, SuperblockError, parse_superblock
-from .options import SlabOptions, resolve_root
+from .options import SlabOptions, io_thread_count, resolve_root
 from .parallel import IoThreads
 from .raw_baseline import RawSlab
-from .slab import SLAB_FILE_MARK, Slab, SlabFile, WritePlan, blank_headers
+from .slab import Slab, WritePlan, blank_headers
+from .slab_files import SLAB_FILE_MARK, SlabFile
 
 __all__ = ["SlabBackend", "SlotStore"]
 
@@ -35,7 +36,7 @@ __all__ = ["SlabBackend", "SlotStore"]
 RETRY_OPEN_S = 5.0
 
 
-class SlabBackend(HiCacheStorage):
+class SlabBackend(HiCacheStorage[SlabOptions]):
     """Pages in fixed-size slots of preallocated slab files below ``extra_config.path`` (see :class:`SlabOptions`).
 
     ``raw_store()`` reaches stored records behind the backend's back (for the conformance suite,
@@ -43,6 +44,7 @@ class SlabBackend(HiCacheStorage):
     """
 
     Options: ClassVar[type[Any]] = SlabOptions
+    raw_baseline_class = RawSlab
     capabilities = Capabilities(
         zero_copy=True,
         persistent=True,
@@ -53,15 +55,9 @@ class SlabBackend(HiCacheStorage):
         verifies_integrity=True,
     )
 
-    @staticmethod
-    def raw_baseline(config: HiCacheStorageConfig) -> RawSlab:
-        """Positional I/O into one preallocated file in ``<path>/raw-baseline``, for ``hicache-storage bench``."""
-        options, _timeout = SlabBackend.options_from_config(config)
-        return RawSlab(resolve_root(options) / "raw-baseline", threads=_io_threads(options), fsync=options.fsync)
-
     def __init__(self, config: HiCacheStorageConfig) -> None:
         super().__init__(config)
-        options: SlabOptions = self.options
+        options = self.options
         self.root = resolve_root(options)
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -71,7 +67,7 @@ class SlabBackend(HiCacheStorage):
             raise ConfigError("extra_config.path", f"directory {str(self.root)!r} is not writable")
         self._root = str(self.root)
         self._fsync = options.fsync
-        self._io = IoThreads(_io_threads(options))
+        self._io = IoThreads(io_thread_count(options))
         self._slabs: dict[str, Slab] = {}
         self._slabs_lock = threading.Lock()
         self._open_failures: dict[str, tuple[float, str]] = {}
@@ -99,7 +95,7 @@ class SlabBackend(HiCacheStorage):
             failure = self._open_failures.get(prefix)
             if failure is not None and time.monotonic() < failure[0]:
                 raise BackendFault(failure[1])
-            options: SlabOptions = self.options
+            options = self.options
             geometry = Geometry.plan(
                 keyspace.page_bytes, options.capacity_for(keyspace.pool), options.ways, options.file_bytes
             )
@@ -307,10 +303,6 @@ def _waves(slab: Slab, keys: Sequence[str]) -> list[list[int]]:
             waves.append([])
         waves[wave].append(index)
     return waves
-
-
-def _io_threads(options: SlabOptions) -> int:
-    return options.io_threads if options.io_threads is not None else min(4, os.cpu_count() or 1)
 
 
 def _blank_slab_file(path: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,3 +72,8 @@ def _check_size(option: str, value: int) -> None:
 def resolve_root(options: SlabOptions) -> Path:
     """The slab directory from ``options.path`` or ``$HICACHE_SLAB_PATH``; :class:`ConfigError` if neither."""
     return resolve_directory(options.path, PATH_ENV)
+
+
+def io_thread_count(options: SlabOptions) -> int:
+    """Threads a batch is spread over: ``options.io_threads``, else one per CPU up to four."""
+    return options.io_threads if options.io_threads is not None else min(4, os.cpu_count() or 1)

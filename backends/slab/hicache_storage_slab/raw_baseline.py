@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from .options import SlabOptions, io_thread_count, resolve_root
 from .parallel import IoThreads
 
 __all__ = ["RawSlab"]
@@ -29,7 +30,7 @@ def _segments(page: Page) -> list[memoryview]:
 
 
 class RawSlab:
-    """Raw ``pwritev``/``preadv`` under ``directory``; satisfies ``hicache_storage.bench.RawClient``.
+    """Raw ``pwritev``/``preadv`` under ``directory``; satisfies ``hicache_storage.plugin.RawBaseline``.
 
     ``reserve_bytes`` are preallocated up front (the file grows by ``posix_fallocate`` otherwise);
     ``threads`` spread a batch like the backend's ``io_threads``; ``direct`` opens with ``O_DIRECT``.
@@ -57,6 +58,11 @@ class RawSlab:
         self._size = 0
         if reserve_bytes:
             self._reserve(reserve_bytes)
+
+    @classmethod
+    def from_options(cls, options: SlabOptions, timeout_s: float) -> RawSlab:
+        """Positional I/O into one preallocated file in ``<path>/raw-baseline``, the backend's threads and fsync."""
+        return cls(resolve_root(options) / "raw-baseline", threads=io_thread_count(options), fsync=options.fsync)
 
     def _reserve(self, size: int) -> None:
         if size > self._size:

@@ -21,23 +21,18 @@ per-set lock around steps 1-2 only, so they never pick the same victim.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import errno
-import fcntl
 import itertools
-import mmap
 import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import xxhash
 
 from .layout import (
-    BLOCK,
     COMMITTED,
     DAMAGED,
     EMPTY,
@@ -46,59 +41,27 @@ from .layout import (
     WRITING,
     Entry,
     Geometry,
-    SuperblockError,
     checksum_seed,
     decode_entry,
     decode_set,
-    decode_superblock,
     digest_at,
     encode_entry,
-    encode_superblock,
     find_committed,
     key_digest,
     space_tag,
 )
+from .page_io import DirectRefused, direct_aligned, page_checksum, read_hashed, write_hashed
+from .slab_files import Bump, SlabFile, attach_direct, open_files
 
-__all__ = ["Slab", "SlabFile", "slab_file_name", "SLAB_FILE_MARK"]
+__all__ = ["CLAIM_WAIT_S", "Slab", "WritePlan", "blank_headers"]
 
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIRECT = getattr(os, "O_DIRECT", 0)
 _BLANK = bytes(ENTRY_SIZE)
 _DAMAGED_ENTRY_STATE = DAMAGED
 _STRIPES = 64
-#: Infix of every slab file name (``<key space prefix>slab-<index>``).
-SLAB_FILE_MARK = "slab-"
 #: Longest wait (seconds) for a slot when every slot of a set is being written by this process.
 CLAIM_WAIT_S = 1.0
-#: Memory and length alignment asked of a page before it is moved with ``O_DIRECT``.
-DIRECT_ALIGN = BLOCK
 _NO_WAYS: frozenset[int] = frozenset()
 _Hasher = xxhash.xxh3_64
-
-Bump = Callable[[str], None]
-
-
-def slab_file_name(prefix: str, index: int) -> str:
-    """File name of slab file ``index`` of the key space with ``prefix``."""
-    return f"{prefix}{SLAB_FILE_MARK}{index}"
-
-
-@dataclass
-class SlabFile:
-    """One open slab file: a buffered descriptor, and an ``O_DIRECT`` one where that works."""
-
-    path: str
-    fd: int
-    direct_fd: int | None = None
-
-    def descriptors(self) -> list[int]:
-        """Every descriptor this file holds open."""
-        return [self.fd] if self.direct_fd is None else [self.fd, self.direct_fd]
-
-    def close(self) -> None:
-        for fd in self.descriptors():
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 @dataclass(slots=True)
@@ -150,12 +113,12 @@ class Slab:
         self._waiting = [0] * _STRIPES  # threads waiting on each stripe's condition (guarded by it)
         self._writer_base = secrets.randbits(32) << 32
         self._writes = itertools.count(1)
-        self.files: list[SlabFile] = _open_files(
+        self.files: list[SlabFile] = open_files(
             root, prefix, geometry, self._tag, durable=durable, zero_fill=zero_fill, bump=bump
         )
         self.direct_io = False
         if direct_io:
-            self.direct_io = _attach_direct(self.files, bump)
+            self.direct_io = attach_direct(self.files, bump)
 
     # ------------------------------------------------------------ helpers
     def _locate(self, digest: bytes) -> tuple[int, int]:
@@ -212,7 +175,7 @@ class Slab:
                 same: list[int] = []
                 if copies:  # a rewrite: the same bytes can go in place, so hash them now
                     if checksum is None:
-                        checksum = _checksum(page, digest)
+                        checksum = page_checksum(page, digest)
                     same = [
                         w
                         for w in copies
@@ -307,16 +270,16 @@ class Slab:
     def _write_payload(
         self, file: SlabFile, offset: int, page: Sequence[memoryview], length: int, digest: bytes
     ) -> int:
-        """Write ``page`` at ``offset`` and return its checksum (see :func:`_write_hashed`)."""
+        """Write ``page`` at ``offset`` and return its checksum (see :func:`write_hashed`)."""
         hasher = _Hasher(seed=checksum_seed(digest))
-        if file.direct_fd is not None and _aligned(page):
+        if file.direct_fd is not None and direct_aligned(page):
             try:
-                _write_hashed(file.direct_fd, page, offset, length, hasher)
+                write_hashed(file.direct_fd, page, offset, length, hasher)
                 return int(hasher.intdigest())
-            except _DirectRefused:
+            except DirectRefused:
                 self._bump("direct_io_fallbacks")
                 hasher.reset()
-        _write_hashed(file.fd, page, offset, length, hasher)
+        write_hashed(file.fd, page, offset, length, hasher)
         return int(hasher.intdigest())
 
     def sync(self) -> None:
@@ -355,14 +318,14 @@ class Slab:
     ) -> int | None:
         """Read ``page`` from ``offset``; the checksum of the bytes read, ``None`` for a short read."""
         hasher = _Hasher(seed=checksum_seed(digest))
-        if file.direct_fd is not None and _aligned(page):
+        if file.direct_fd is not None and direct_aligned(page):
             try:
-                done = _read_hashed(file.direct_fd, page, offset, length, hasher)
+                done = read_hashed(file.direct_fd, page, offset, length, hasher)
                 return int(hasher.intdigest()) if done else None
-            except _DirectRefused:
+            except DirectRefused:
                 self._bump("direct_io_fallbacks")
                 hasher.reset()
-        done = _read_hashed(file.fd, page, offset, length, hasher)
+        done = read_hashed(file.fd, page, offset, length, hasher)
         return int(hasher.intdigest()) if done else None
 
     def exists(self, key: str) -> bool:
@@ -445,240 +408,3 @@ def _victim(entries: Sequence[Entry], digest: bytes, busy: frozenset[int] | set[
     return other if other is not None else oldest
 
 
-# ---------------------------------------------------------------- vectored I/O
-class _DirectRefused(Exception):
-    """The kernel refused an ``O_DIRECT`` transfer before moving any byte (``EINVAL``)."""
-
-
-def _write_hashed(fd: int, page: Sequence[memoryview], offset: int, length: int, hasher: xxhash.xxh3_64) -> None:
-    """``pwritev`` ``page`` at ``offset`` in one call, then hash it: the copy has just pulled the bytes into
-    the CPU cache, where the hash finds them (hashing first would read them from memory; writing in
-    pieces costs a file system write path per piece).
-
-    Raises :class:`_DirectRefused` when the kernel refuses the write with ``EINVAL``.
-    """
-    try:
-        _pwritev_all(fd, page, offset, length)
-    except OSError as error:
-        if error.errno == errno.EINVAL:
-            raise _DirectRefused from error
-        raise
-    for segment in page:
-        hasher.update(segment)
-
-
-def _read_hashed(fd: int, page: Sequence[memoryview], offset: int, length: int, hasher: xxhash.xxh3_64) -> bool:
-    """``preadv`` ``page`` from ``offset`` in one call, then hash it; ``False`` for a short read.
-
-    One call per page: a cold page is then one read of the drive, not one per piece. Raises
-    :class:`_DirectRefused` as :func:`_write_hashed`.
-    """
-    try:
-        done = _preadv_all(fd, page, offset, length)
-    except OSError as error:
-        if error.errno == errno.EINVAL:
-            raise _DirectRefused from error
-        raise
-    if done != length:
-        return False
-    for segment in page:
-        hasher.update(segment)
-    return True
-
-
-def _checksum(page: Sequence[memoryview], digest: bytes) -> int:
-    hasher = _Hasher(seed=checksum_seed(digest))
-    for segment in page:
-        hasher.update(segment)
-    return int(hasher.intdigest())
-
-
-def _pwritev_all(fd: int, page: Sequence[memoryview], offset: int, length: int) -> None:
-    done = os.pwritev(fd, page, offset)
-    if done == length:
-        return
-    pending = _advance([memoryview(s).cast("B") for s in page], done)
-    while pending:
-        written = os.pwritev(fd, pending, offset + done)
-        if written <= 0:
-            raise OSError(errno.EIO, f"pwritev wrote {written} bytes with {length - done} pending")
-        done += written
-        pending = _advance(pending, written)
-
-
-def _preadv_all(fd: int, page: Sequence[memoryview], offset: int, length: int) -> int:
-    done = os.preadv(fd, page, offset)
-    if done == length or done == 0:
-        return done
-    pending = _advance([memoryview(s).cast("B") for s in page], done)
-    while pending:
-        count = os.preadv(fd, pending, offset + done)
-        if count <= 0:
-            break
-        done += count
-        pending = _advance(pending, count)
-    return done
-
-
-def _advance(views: list[memoryview], count: int) -> list[memoryview]:
-    while count and views:
-        if count >= views[0].nbytes:
-            count -= views[0].nbytes
-            views.pop(0)
-        else:
-            views[0] = views[0][count:]
-            count = 0
-    return views
-
-
-def _address(view: memoryview) -> int | None:
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(view))
-    except (TypeError, ValueError):
-        return None
-
-
-def _aligned(page: Sequence[memoryview]) -> bool:
-    """Whether every segment's address and length are multiples of :data:`DIRECT_ALIGN`."""
-    for segment in page:
-        if segment.nbytes % DIRECT_ALIGN:
-            return False
-        address = _address(segment)
-        if address is None or address % DIRECT_ALIGN:
-            return False
-    return True
-
-
-# ---------------------------------------------------------------- opening and creating
-def _open_files(
-    root: str, prefix: str, geometry: Geometry, tag: bytes, *, durable: bool, zero_fill: bool, bump: Bump
-) -> list[SlabFile]:
-    """Open the slab's files, creating (or re-creating) under an advisory lock those that do not fit.
-
-    ``durable``: sync a new file and its directory entry (otherwise a crash may lose a new, empty slab,
-    which is then simply created again).
-    """
-    files: list[SlabFile] = []
-    lock_fd = os.open(os.path.join(root, f"{prefix}slab.lock"), os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o600)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)  # creation only: page I/O never takes it
-        for index in range(geometry.files):
-            path = os.path.join(root, slab_file_name(prefix, index))
-            files.append(
-                SlabFile(
-                    path, _open_or_create(path, geometry, index, tag, durable=durable, zero_fill=zero_fill, bump=bump)
-                )
-            )
-        surplus = geometry.files
-        while os.path.exists(os.path.join(root, slab_file_name(prefix, surplus))):
-            os.unlink(os.path.join(root, slab_file_name(prefix, surplus)))  # left over from a larger slab
-            surplus += 1
-    except BaseException:
-        for file in files:
-            file.close()
-        raise
-    finally:
-        os.close(lock_fd)  # releases the lock
-    return files
-
-
-def _open_or_create(
-    path: str, geometry: Geometry, index: int, tag: bytes, *, durable: bool, zero_fill: bool, bump: Bump
-) -> int:
-    try:
-        fd = os.open(path, os.O_RDWR | _CLOEXEC)
-    except FileNotFoundError:
-        pass
-    else:
-        try:
-            if os.fstat(fd).st_size >= geometry.file_size:
-                decode_superblock(os.pread(fd, SUPERBLOCK_SIZE, 0), geometry, index, tag)
-                return fd
-            bump("slabs_replaced")
-        except SuperblockError:
-            bump("slabs_replaced")
-        os.close(fd)
-    directory, name = os.path.split(path)
-    temp = os.path.join(directory, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
-    try:
-        _preallocate(fd, geometry.file_size, bump)
-        if zero_fill:
-            _zero_fill(fd, SUPERBLOCK_SIZE, geometry.file_size)
-        os.pwrite(fd, encode_superblock(geometry, index, tag), 0)
-        if durable:
-            os.fsync(fd)
-        os.replace(temp, path)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    if durable:
-        _fsync_directory(directory)
-    bump("slabs_created")
-    return fd
-
-
-def _preallocate(fd: int, size: int, bump: Bump) -> None:
-    """Reserve ``size`` bytes (``posix_fallocate``); a file system without it gets a sparse file."""
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as error:
-        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
-        bump("fallocate_unsupported")
-        os.ftruncate(fd, size)
-
-
-def _zero_fill(fd: int, begin: int, end: int) -> None:
-    """Write zeros over ``[begin, end)`` (turning fallocated blocks into written ones), then drop them
-    from the page cache."""
-    chunk = memoryview(bytes(8 << 20))
-    offset = begin
-    while offset < end:
-        written = os.pwrite(fd, chunk[: min(len(chunk), end - offset)], offset)
-        if written <= 0:
-            raise OSError(errno.EIO, "could not zero-fill the slab")
-        offset += written
-    os.fdatasync(fd)
-    os.posix_fadvise(fd, begin, end - begin, os.POSIX_FADV_DONTNEED)
-
-
-def _fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _attach_direct(files: list[SlabFile], bump: Bump) -> bool:
-    """Open an ``O_DIRECT`` descriptor next to each buffered one; ``False`` (and none) where unsupported."""
-    if not _O_DIRECT:
-        bump("direct_io_unsupported")
-        return False
-    probe = mmap.mmap(-1, BLOCK)
-    try:
-        for file in files:
-            try:
-                fd = os.open(f"/proc/self/fd/{file.fd}", os.O_RDWR | _O_DIRECT | _CLOEXEC)
-            except FileNotFoundError:
-                fd = os.open(file.path, os.O_RDWR | _O_DIRECT | _CLOEXEC)
-            try:
-                with memoryview(probe) as view:
-                    os.preadv(fd, [view], 0)  # some file systems accept the flag, then refuse the I/O
-            except OSError:
-                os.close(fd)
-                raise
-            file.direct_fd = fd
-    except OSError:
-        for file in files:
-            if file.direct_fd is not None:
-                os.close(file.direct_fd)
-                file.direct_fd = None
-        bump("direct_io_unsupported")
-        return False
-    finally:
-        probe.close()
-    return True

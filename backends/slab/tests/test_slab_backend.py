@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hicache_storage_slab import SlabBackend, slab
+from hicache_storage_slab import SlabBackend, slab_files
 from hicache_storage_slab.layout import COMMITTED, ENTRY_SIZE, WRITING, key_digest
 from hicache_storage_slab.raw_baseline import RawSlab
 from slab_support import (
@@ -428,7 +428,7 @@ def test_direct_io_moves_aligned_pages_and_buffers_the_rest(tmp_path: Path, monk
 
 
 def test_direct_io_falls_back_when_unsupported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(slab, "_O_DIRECT", 0)  # as on a platform without O_DIRECT
+    monkeypatch.setattr(slab_files, "_O_DIRECT", 0)  # as on a platform without O_DIRECT
     backend = make_backend(tmp_path, direct_io=True)
     assert backend.slab(backend.pool_keyspace()).direct_io is False
     assert backend.stats.get("direct_io_unsupported") == 1

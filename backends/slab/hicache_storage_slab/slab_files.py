@@ -1,0 +1,180 @@
+"""A slab's files: naming, opening, creating under an advisory lock, preallocating, ``O_DIRECT`` descriptors."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import mmap
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .layout import BLOCK, SUPERBLOCK_SIZE, Geometry, SuperblockError, decode_superblock, encode_superblock
+
+__all__ = ["SLAB_FILE_MARK", "Bump", "SlabFile", "attach_direct", "fsync_directory", "open_files", "slab_file_name"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+#: Infix of every slab file name (``<key space prefix>slab-<index>``).
+SLAB_FILE_MARK = "slab-"
+
+Bump = Callable[[str], None]
+
+
+def slab_file_name(prefix: str, index: int) -> str:
+    """File name of slab file ``index`` of the key space with ``prefix``."""
+    return f"{prefix}{SLAB_FILE_MARK}{index}"
+
+
+@dataclass
+class SlabFile:
+    """One open slab file: a buffered descriptor, and an ``O_DIRECT`` one where that works."""
+
+    path: str
+    fd: int
+    direct_fd: int | None = None
+
+    def descriptors(self) -> list[int]:
+        """Every descriptor this file holds open."""
+        return [self.fd] if self.direct_fd is None else [self.fd, self.direct_fd]
+
+    def close(self) -> None:
+        for fd in self.descriptors():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def open_files(
+    root: str, prefix: str, geometry: Geometry, tag: bytes, *, durable: bool, zero_fill: bool, bump: Bump
+) -> list[SlabFile]:
+    """Open the slab's files, creating (or re-creating) under an advisory lock those that do not fit.
+
+    ``durable``: sync a new file and its directory entry (otherwise a crash may lose a new, empty slab,
+    which is then simply created again).
+    """
+    files: list[SlabFile] = []
+    lock_fd = os.open(os.path.join(root, f"{prefix}slab.lock"), os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)  # creation only: page I/O never takes it
+        for index in range(geometry.files):
+            path = os.path.join(root, slab_file_name(prefix, index))
+            files.append(
+                SlabFile(
+                    path, _open_or_create(path, geometry, index, tag, durable=durable, zero_fill=zero_fill, bump=bump)
+                )
+            )
+        surplus = geometry.files
+        while os.path.exists(os.path.join(root, slab_file_name(prefix, surplus))):
+            os.unlink(os.path.join(root, slab_file_name(prefix, surplus)))  # left over from a larger slab
+            surplus += 1
+    except BaseException:
+        for file in files:
+            file.close()
+        raise
+    finally:
+        os.close(lock_fd)  # releases the lock
+    return files
+
+
+def _open_or_create(
+    path: str, geometry: Geometry, index: int, tag: bytes, *, durable: bool, zero_fill: bool, bump: Bump
+) -> int:
+    try:
+        fd = os.open(path, os.O_RDWR | _CLOEXEC)
+    except FileNotFoundError:
+        pass
+    else:
+        try:
+            if os.fstat(fd).st_size >= geometry.file_size:
+                decode_superblock(os.pread(fd, SUPERBLOCK_SIZE, 0), geometry, index, tag)
+                return fd
+            bump("slabs_replaced")
+        except SuperblockError:
+            bump("slabs_replaced")
+        os.close(fd)
+    directory, name = os.path.split(path)
+    temp = os.path.join(directory, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
+    try:
+        _preallocate(fd, geometry.file_size, bump)
+        if zero_fill:
+            _zero_fill(fd, SUPERBLOCK_SIZE, geometry.file_size)
+        os.pwrite(fd, encode_superblock(geometry, index, tag), 0)
+        if durable:
+            os.fsync(fd)
+        os.replace(temp, path)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    if durable:
+        fsync_directory(directory)
+    bump("slabs_created")
+    return fd
+
+
+def _preallocate(fd: int, size: int, bump: Bump) -> None:
+    """Reserve ``size`` bytes (``posix_fallocate``); a file system without it gets a sparse file."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        bump("fallocate_unsupported")
+        os.ftruncate(fd, size)
+
+
+def _zero_fill(fd: int, begin: int, end: int) -> None:
+    """Write zeros over ``[begin, end)`` (turning fallocated blocks into written ones), then drop them
+    from the page cache."""
+    chunk = memoryview(bytes(8 << 20))
+    offset = begin
+    while offset < end:
+        written = os.pwrite(fd, chunk[: min(len(chunk), end - offset)], offset)
+        if written <= 0:
+            raise OSError(errno.EIO, "could not zero-fill the slab")
+        offset += written
+    os.fdatasync(fd)
+    os.posix_fadvise(fd, begin, end - begin, os.POSIX_FADV_DONTNEED)
+
+
+def fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def attach_direct(files: list[SlabFile], bump: Bump) -> bool:
+    """Open an ``O_DIRECT`` descriptor next to each buffered one; ``False`` (and none) where unsupported."""
+    if not _O_DIRECT:
+        bump("direct_io_unsupported")
+        return False
+    probe = mmap.mmap(-1, BLOCK)
+    try:
+        for file in files:
+            try:
+                fd = os.open(f"/proc/self/fd/{file.fd}", os.O_RDWR | _O_DIRECT | _CLOEXEC)
+            except FileNotFoundError:
+                fd = os.open(file.path, os.O_RDWR | _O_DIRECT | _CLOEXEC)
+            try:
+                with memoryview(probe) as view:
+                    os.preadv(fd, [view], 0)  # some file systems accept the flag, then refuse the I/O
+            except OSError:
+                os.close(fd)
+                raise
+            file.direct_fd = fd
+    except OSError:
+        for file in files:
+            if file.direct_fd is not None:
+                os.close(file.direct_fd)
+                file.direct_fd = None
+        bump("direct_io_unsupported")
+        return False
+    finally:
+        probe.close()
+    return True
