@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import TaskID
 
 from ..replay import (
     MODES,
@@ -23,6 +23,7 @@ from ..replay import (
     read_trace,
     run_replay,
 )
+from .progress import progress_bar
 
 __all__ = ["add_arguments", "main", "parse_modes"]
 
@@ -129,14 +130,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         for mode in modes
     ]
     results: list[ModeResult] = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with progress_bar(console) as progress:
         for config in configs:
             bar = progress.add_task(f"replay {config.mode}", total=len(requests))
 
