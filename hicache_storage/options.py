@@ -14,7 +14,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,13 +47,21 @@ class NoOptions:
     """Options class of a backend that takes none."""
 
 
-def secret_option(default: Any = None) -> Any:
-    """A dataclass field for a credential (password, key, URL with user-info).
+def secret_option(
+    default: Any = None, *, default_factory: Callable[[], Any] | None = None, required: bool = False
+) -> Any:
+    """A dataclass field for a credential (password, key, URL with user-info, options holding keys).
 
-    :func:`parse_options` checks its type like any other option's but never echoes the value in
-    an error; :func:`secret_option_names` lists such fields for a backend's ``__repr__``.
+    ``default`` (or ``default_factory``) is its value when not given; ``required=True`` makes it
+    required. :func:`parse_options` checks its type like any other option's but never echoes the
+    value in an error; :func:`secret_option_names` lists such fields for a backend's ``__repr__``.
     """
-    return dataclasses.field(default=default, metadata={SECRET: True})
+    metadata = {SECRET: True}
+    if required:
+        return dataclasses.field(metadata=metadata)
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def secret_option_names(options_cls: type[Any]) -> tuple[str, ...]:

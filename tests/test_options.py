@@ -114,3 +114,25 @@ def test_sdk_options_inside_extra_config_are_checked_too():
         SimBackend(make_config("m", extra_config={"resilience": {"deadline_s": math.nan}}))
     with pytest.raises(ConfigError, match="finite"):
         SimBackend(make_config("m", extra_config={"sim_write_gbps": math.inf}))
+
+
+def test_secret_options_required_and_factory_defaults_are_never_echoed() -> None:
+    import dataclasses
+
+    from hicache_storage.options import secret_option, secret_option_names
+
+    @dataclasses.dataclass(frozen=True)
+    class WithSecrets:
+        url: str = secret_option(required=True)
+        extra: dict[str, str] = secret_option(default_factory=dict)
+        password: str | None = secret_option()
+
+    assert secret_option_names(WithSecrets) == ("url", "extra", "password")
+    with pytest.raises(ConfigError, match="required option is missing"):
+        parse_options(WithSecrets, {})
+    parsed = parse_options(WithSecrets, {"url": "s3://bucket"})
+    assert (parsed.extra, parsed.password) == ({}, None)
+    with pytest.raises(ConfigError) as caught:
+        parse_options(WithSecrets, {"url": "s3://b", "password": 123456789})
+    assert "123456789" not in str(caught.value)
+    assert "value not shown" in str(caught.value)

@@ -14,7 +14,7 @@ import select
 import socket
 from collections.abc import Callable, Sequence
 
-__all__ = ["IOV_MAX", "byte_views", "preadv_all", "pwritev_all", "sendmsg_all", "writev_all"]
+__all__ = ["IOV_MAX", "byte_views", "flat_view", "preadv_all", "pwritev_all", "sendmsg_all", "writev_all"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -22,6 +22,11 @@ try:
     IOV_MAX = max(16, int(os.sysconf("SC_IOV_MAX")))
 except (AttributeError, ValueError, OSError):  # pragma: no cover - platform without sysconf
     IOV_MAX = 1024
+
+
+def flat_view(buffer: memoryview) -> memoryview:
+    """``buffer`` as a one-dimensional view of unsigned bytes (itself when it already is one; no copy)."""
+    return buffer if buffer.format == "B" and buffer.ndim == 1 else buffer.cast("B")
 
 
 def byte_views(buffers: Sequence[Buffer]) -> list[memoryview]:

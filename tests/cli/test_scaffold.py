@@ -36,7 +36,8 @@ def test_creates_renamed_package(tmp_path: Path) -> None:
     pyproject = (root / "pyproject.toml").read_text()
     assert 'name = "hicache-storage-my-store"' in pyproject
     assert 'my_store = "hicache_storage_my_store:MyStoreBackend"' in pyproject
-    assert "class MyStoreBackend(HiCacheStorage)" in (root / "hicache_storage_my_store/backend.py").read_text()
+    backend_text = (root / "hicache_storage_my_store/backend.py").read_text()
+    assert "class MyStoreBackend(HiCacheStorage[MyStoreOptions])" in backend_text
     test_text = (root / "tests/test_my_store_conformance.py").read_text()
     assert "class TestMyStoreConformance(BackendConformance)" in test_text
     for path in root.rglob("*"):

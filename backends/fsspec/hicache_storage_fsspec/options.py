@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from hicache_storage import ConfigError
-from hicache_storage.options import SECRET, secret_option_names
+from hicache_storage.options import secret_option, secret_option_names
 from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["SECRET_STORAGE_OPTIONS", "FsspecOptions", "redact_url", "redacted_storage_options"]
@@ -53,11 +53,10 @@ class FsspecOptions(IntegrityOptions):
     (:class:`~hicache_storage.plugin.page_format.IntegrityOptions`).
     """
 
-    # Secret options (their values are never echoed in an error); the URL may carry user-info and
-    # storage_options credentials. Declared with the SECRET metadata key, as secret_option() does,
-    # because url is required and storage_options needs a default factory.
-    url: str = field(metadata={SECRET: True})
-    storage_options: dict[str, Any] = field(default_factory=dict, metadata={SECRET: True})
+    # Secret options (their values are never echoed in an error): the URL may carry user-info and
+    # storage_options credentials.
+    url: str = secret_option(required=True)
+    storage_options: dict[str, Any] = secret_option(default_factory=dict)
     fanout_chars: int = 2
     concurrency: int = 32
     write_mode: str = "auto"

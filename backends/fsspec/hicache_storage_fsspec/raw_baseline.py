@@ -21,6 +21,8 @@ from typing import Any
 from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
+from hicache_storage.plugin.vectored_io import flat_view
+
 from .filesystem import open_filesystem
 from .options import FsspecOptions
 
@@ -28,10 +30,6 @@ __all__ = ["RAW_FOLDER", "RawFsspec"]
 
 #: Folder under the root holding every file the raw client writes.
 RAW_FOLDER = "raw-baseline"
-
-
-def _flat(buffer: memoryview) -> memoryview:
-    return buffer if buffer.format == "B" and buffer.ndim == 1 else buffer.cast("B")
 
 
 class RawFsspec:
@@ -61,7 +59,7 @@ class RawFsspec:
 
     def set(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
         values = {
-            self.path(key): bytes(_flat(buffer)) if self._async else _flat(buffer)
+            self.path(key): bytes(flat_view(buffer)) if self._async else flat_view(buffer)
             for key, buffer in zip(keys, buffers, strict=True)
         }
         self.fs.pipe(values, **self._batch)
@@ -73,7 +71,7 @@ class RawFsspec:
         results = []
         for path, buffer in zip(paths, buffers, strict=True):
             value = found.get(path)
-            view = _flat(buffer)
+            view = flat_view(buffer)
             hit = isinstance(value, bytes) and len(value) == view.nbytes
             if hit:
                 view[:] = value

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from hicache_storage import BackendFault
+from hicache_storage.plugin.vectored_io import flat_view
 
 from .client import import_store, open_store
 from .options import MooncakeOptions
@@ -37,10 +38,6 @@ __all__ = ["RAW_PREFIX", "RawMooncake"]
 
 #: Put after ``key_prefix`` in front of every object key the raw client writes.
 RAW_PREFIX = "raw-baseline/"
-
-
-def _flat(buffer: memoryview) -> memoryview:
-    return buffer if buffer.format == "B" and buffer.ndim == 1 else buffer.cast("B")
 
 
 class RawMooncake:
@@ -99,7 +96,7 @@ class RawMooncake:
 
     def set(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
         names = [self.prefix + key for key in keys]
-        views = [_flat(buffer) for buffer in buffers]
+        views = [flat_view(buffer) for buffer in buffers]
         results: list[bool] = []
         for chunk in self._chunks(views):
             offsets, sizes = self._layout(views, chunk)
@@ -114,7 +111,7 @@ class RawMooncake:
 
     def get(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
         names = [self.prefix + key for key in keys]
-        views = [_flat(buffer) for buffer in buffers]
+        views = [flat_view(buffer) for buffer in buffers]
         results: list[bool] = []
         for chunk in self._chunks(views):
             offsets, sizes = self._layout(views, chunk)

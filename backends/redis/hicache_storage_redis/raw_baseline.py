@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hicache_storage.plugin.vectored_io import flat_view
+
 from .client import build_client
 from .options import RedisOptions
 
@@ -21,10 +23,6 @@ __all__ = ["RAW_PREFIX", "RawRedis"]
 #: Put after ``key_prefix`` in front of every key the raw client writes.
 RAW_PREFIX = "raw-baseline/"
 _DELETE_BATCH = 512
-
-
-def _flat(buffer: memoryview) -> memoryview:
-    return buffer if buffer.format == "B" and buffer.ndim == 1 else buffer.cast("B")
 
 
 class RawRedis:
@@ -52,7 +50,7 @@ class RawRedis:
         names = [self.prefix + key for key in keys]
         pipe = self.client.pipeline(transaction=False)
         for name, buffer in zip(names, buffers, strict=True):
-            pipe.set(name, _flat(buffer), px=self._ttl_ms)
+            pipe.set(name, flat_view(buffer), px=self._ttl_ms)
         replies = pipe.execute()
         self._written.update(names)
         return [reply is True for reply in replies]
@@ -63,7 +61,7 @@ class RawRedis:
             pipe.get(self.prefix + key)
         results = []
         for value, buffer in zip(pipe.execute(), buffers, strict=True):
-            view = _flat(buffer)
+            view = flat_view(buffer)
             hit = value is not None and len(value) == view.nbytes
             if hit:
                 view[:] = value

@@ -17,6 +17,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from hicache_storage.plugin.vectored_io import flat_view
+
 from .client import make_client, not_found
 from .options import S3Options
 
@@ -25,10 +27,6 @@ __all__ = ["RAW_FOLDER", "RawS3"]
 #: Folder under ``prefix`` holding every object the raw client writes.
 RAW_FOLDER = "raw-baseline"
 _DELETE_BATCH = 1000
-
-
-def _flat(buffer: memoryview) -> memoryview:
-    return buffer if buffer.format == "B" and buffer.ndim == 1 else buffer.cast("B")
 
 
 class RawS3:
@@ -58,7 +56,7 @@ class RawS3:
         names = [self.folder + key for key in keys]
 
         def put(item: tuple[str, memoryview]) -> bool:
-            self.client.put_object(Bucket=self.bucket, Key=item[0], Body=bytes(_flat(item[1])))
+            self.client.put_object(Bucket=self.bucket, Key=item[0], Body=bytes(flat_view(item[1])))
             return True
 
         results = list(self._pool.map(put, zip(names, buffers, strict=True)))
@@ -74,7 +72,7 @@ class RawS3:
                     return False
                 raise
             value = response["Body"].read()
-            view = _flat(item[1])
+            view = flat_view(item[1])
             if len(value) != view.nbytes:
                 return False
             view[:] = value
