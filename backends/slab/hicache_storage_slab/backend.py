@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from hicache_storage import BackendFault, Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, KeySpace
 from hicache_storage.batch_context import BatchContext
@@ -43,7 +43,7 @@ class SlabBackend(HiCacheStorage[SlabOptions]):
     tools and tests); ``slab_files()`` lists the open files.
     """
 
-    Options: ClassVar[type[Any]] = SlabOptions
+    Options = SlabOptions
     raw_baseline_class = RawSlab
     capabilities = Capabilities(
         zero_copy=True,
