@@ -26,26 +26,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from disk_pages import PAGE_SIZE, make_pool
 
-from hicache_storage import HiCacheStorage, HostKVPool, PoolHitPolicy, PoolTransfer, load_backend, make_config
+from hicache_storage import HiCacheStorage, PoolHitPolicy, PoolTransfer, load_backend, make_config
 from hicache_storage.testing import random_keys
-
-PAGE_SIZE = 32  # tokens; 4 layers x 8 heads x 128 dims x bf16 x (K, V) x 32 tokens = 512 KiB
-
-
-def make_pool(pages: int, seed: int) -> HostKVPool:
-    pool = HostKVPool(
-        num_pages=pages,
-        page_size=PAGE_SIZE,
-        layer_num=4,
-        head_num=8,
-        head_dim=128,
-        dtype="bfloat16",
-        layout="page_first",
-    )
-    raw = pool.kv_buffer.view(-1).view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)))
-    return pool
 
 
 def backend_options(name: str, root: str) -> dict[str, Any]:

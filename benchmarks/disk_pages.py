@@ -1,4 +1,4 @@
-"""The host pool of the disk benchmarks: pages of 512 KiB, seeded random bytes, one slot per page of a batch."""
+"""The host pool of the storage benchmarks: pages of 512 KiB filled with seeded random bytes."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from hicache_storage import HostKVPool
 PAGE_SIZE = 32  # tokens; 4 layers x 8 heads x 128 dims x bf16 x (K, V) x 32 tokens = 512 KiB
 
 
-def make_pool(batch: int) -> HostKVPool:
-    """A page-first bf16 pool of ``batch`` pages of 512 KiB, filled with seeded random bytes."""
+def make_pool(pages: int, seed: int = 0) -> HostKVPool:
+    """A page-first bf16 pool of ``pages`` pages of 512 KiB, filled with random bytes from ``seed``."""
     pool = HostKVPool(
-        num_pages=batch,
+        num_pages=pages,
         page_size=PAGE_SIZE,
         layer_num=4,
         head_num=8,
@@ -21,5 +21,5 @@ def make_pool(batch: int) -> HostKVPool:
         layout="page_first",
     )
     raw = pool.kv_buffer.view(-1).view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0)))
+    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)))
     return pool
