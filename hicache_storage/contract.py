@@ -73,23 +73,21 @@ class HiCacheStorage(StorageCore[OptionsT]):
         self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None
     ) -> list[bool]:
         """Read KV pages straight into host-pool slots; one bool per key (``False`` = miss)."""
-        entry = self._require_bytes(self._require_ready())
-        keys = validate_keys(keys)
-        starts = entry.page_starts(len(keys), host_indices)
-        if not keys:
-            return []
-        return self._move("get", entry, keys, starts, self._context(entry, extra_info))
+        return self._move_v1("get", keys, host_indices, extra_info)
 
     def batch_set_v1(
         self, keys: list[str], host_indices: Any, extra_info: HiCacheStorageExtraInfo | None = None
     ) -> list[bool]:
         """Write KV pages straight from host-pool slots; one bool per key (``True`` = stored)."""
+        return self._move_v1("set", keys, host_indices, extra_info)
+
+    def _move_v1(self, op: str, keys: list[str], host_indices: Any, extra_info: Any) -> list[bool]:
         entry = self._require_bytes(self._require_ready())
         keys = validate_keys(keys)
         starts = entry.page_starts(len(keys), host_indices)
         if not keys:
             return []
-        return self._move("set", entry, keys, starts, self._context(entry, extra_info))
+        return self._move(op, entry, keys, starts, self._context(entry, extra_info))
 
     # ------------------------------------------------------------ existence
     def batch_exists_each(self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None) -> list[bool]:
