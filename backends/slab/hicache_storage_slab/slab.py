@@ -138,11 +138,7 @@ class Slab:
         return self._locate(key_digest(key))
 
     def _read_set(self, file: SlabFile, offset: int) -> bytes:
-        size = self._set_bytes
-        raw = os.pread(file.fd, size, offset)
-        if len(raw) != size:
-            raise OSError(errno.EIO, f"short read of slot headers in {file.path}")
-        return raw
+        return file.headers.read(offset, self._set_bytes)
 
     def _writer_id(self) -> int:
         return self._writer_base | (next(self._writes) & 0xFFFFFFFF)
@@ -204,7 +200,7 @@ class Slab:
                 if entries[way].state == COMMITTED and entries[way].digest != digest:
                     self._bump("evictions")
                 seen = encode_entry(WRITING, length, seq, digest, checksum=0, writer=self._writer_id())
-                os.pwrite(file.fd, seen, header_offset)
+                file.headers.write(header_offset, seen)
             pending.add((index, header_offset))
         plan = WritePlan(
             file,
@@ -246,8 +242,8 @@ class Slab:
             self.finish(plan)
 
     def _commit(self, plan: WritePlan) -> bool:
-        fd = plan.file.fd
-        current = os.pread(fd, ENTRY_SIZE, plan.header_offset)
+        headers = plan.file.headers
+        current = headers.read(plan.header_offset, ENTRY_SIZE)
         if plan.in_place:
             now, before = decode_entry(current), decode_entry(plan.seen)
             kept = now.state == COMMITTED and (now.digest, now.checksum, now.length) == (
@@ -260,11 +256,11 @@ class Slab:
         if not kept:
             self._bump("write_races")
             return False
-        os.pwrite(fd, plan.commit, plan.header_offset)
+        headers.write(plan.header_offset, plan.commit)
         for offset, seq in plan.stale:
-            old = decode_entry(os.pread(fd, ENTRY_SIZE, offset))
+            old = decode_entry(headers.read(offset, ENTRY_SIZE))
             if old.state == COMMITTED and old.digest == plan.digest and old.seq == seq:
-                os.pwrite(fd, _BLANK, offset)
+                headers.write(offset, _BLANK)
         return True
 
     def _write_payload(
@@ -355,7 +351,7 @@ class Slab:
                 continue
             entry = decode_entry(raw, way * ENTRY_SIZE)
             if entry.state in (COMMITTED, WRITING) and entry.digest == digest:
-                os.pwrite(file.fd, _BLANK, set_offset + way * ENTRY_SIZE)
+                file.headers.write(set_offset + way * ENTRY_SIZE, _BLANK)
 
     def clear(self) -> None:
         """Blank every slot header of every file."""
@@ -406,5 +402,3 @@ def _victim(entries: Sequence[Entry], digest: bytes, busy: frozenset[int] | set[
         if entry.digest != digest and (other is None or seq < other_seq):
             other, other_seq = way, seq
     return other if other is not None else oldest
-
-

@@ -11,6 +11,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .header_map import HeaderIO, open_headers
 from .layout import BLOCK, SUPERBLOCK_SIZE, Geometry, SuperblockError, decode_superblock, encode_superblock
 
 __all__ = ["SLAB_FILE_MARK", "Bump", "SlabFile", "attach_direct", "fsync_directory", "open_files", "slab_file_name"]
@@ -30,10 +31,12 @@ def slab_file_name(prefix: str, index: int) -> str:
 
 @dataclass
 class SlabFile:
-    """One open slab file: a buffered descriptor, and an ``O_DIRECT`` one where that works."""
+    """One open slab file: a buffered descriptor, its header access, and an ``O_DIRECT`` descriptor
+    where that works."""
 
     path: str
     fd: int
+    headers: HeaderIO
     direct_fd: int | None = None
 
     def descriptors(self) -> list[int]:
@@ -41,6 +44,7 @@ class SlabFile:
         return [self.fd] if self.direct_fd is None else [self.fd, self.direct_fd]
 
     def close(self) -> None:
+        self.headers.close()
         for fd in self.descriptors():
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -60,11 +64,13 @@ def open_files(
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # creation only: page I/O never takes it
         for index in range(geometry.files):
             path = os.path.join(root, slab_file_name(prefix, index))
-            files.append(
-                SlabFile(
-                    path, _open_or_create(path, geometry, index, tag, durable=durable, zero_fill=zero_fill, bump=bump)
-                )
-            )
+            fd = _open_or_create(path, geometry, index, tag, durable=durable, zero_fill=zero_fill, bump=bump)
+            try:
+                headers = open_headers(fd, geometry.data_offset, bump)
+            except BaseException:
+                os.close(fd)
+                raise
+            files.append(SlabFile(path, fd, headers))
         surplus = geometry.files
         while os.path.exists(os.path.join(root, slab_file_name(prefix, surplus))):
             os.unlink(os.path.join(root, slab_file_name(prefix, surplus)))  # left over from a larger slab

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hicache_storage_slab import SlabBackend, slab_files
+from hicache_storage_slab import SlabBackend, header_map, slab_files
 from hicache_storage_slab.layout import COMMITTED, ENTRY_SIZE, WRITING, key_digest
 from hicache_storage_slab.raw_baseline import RawSlab
 from slab_support import (
@@ -299,13 +299,24 @@ def test_clear_empties_this_key_space_or_every_slab_below_the_path(tmp_path: Pat
 
 # ----------------------------------------------------------------------------- I/O paths
 class _Calls:
-    """Wraps ``os.pwritev``/``os.preadv``/``os.pwrite``/``os.fdatasync`` to log what the backend does."""
+    """Wraps ``os.pwritev``/``os.preadv``/``os.pwrite``/``os.fdatasync`` and the header writes (event
+    ``header``, logged with the header's offset as its descriptor) to log what the backend does."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.events: list[tuple[str, int, Any]] = []
         self.lock = threading.Lock()
         for name in ("pwritev", "preadv", "pwrite", "fdatasync"):
             monkeypatch.setattr(os, name, self._wrap(name, getattr(os, name)))
+        for kind in (header_map.MappedHeaders, header_map.PositionalHeaders):
+            monkeypatch.setattr(kind, "write", self._wrap_header(kind.write))
+
+    def _wrap_header(self, real: Any) -> Any:
+        def write(headers: Any, offset: int, data: bytes) -> None:
+            with self.lock:
+                self.events.append(("header", offset, ((data,), threading.get_ident())))
+            real(headers, offset, data)
+
+        return write
 
     def _wrap(self, name: str, real: Any) -> Any:
         def call(fd: int, *args: Any) -> Any:
@@ -339,6 +350,37 @@ def test_pages_move_straight_between_host_memory_and_the_file(tmp_path: Path, mo
     backend.close()
 
 
+def test_headers_are_stored_through_the_mapping_not_pwrite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = make_backend(tmp_path, io_threads=1)
+    keys = kit.random_keys(3)
+    calls = _Calls(monkeypatch)
+    assert backend.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert calls.of("pwrite") == []  # a claim and a commit per page, both stores into the mapping
+    assert [len(args[0]) for _offset, (args, _t) in calls.of("header")] == [ENTRY_SIZE] * 6
+    assert all(isinstance(file.headers, header_map.MappedHeaders) for file in backend.slab_files())
+    other = make_backend(tmp_path, io_threads=1)  # another descriptor, another mapping: same bytes
+    assert read_back(other, keys, 4) == [True] * 3
+    other.close()
+    backend.close()
+
+
+def test_headers_fall_back_to_pwrite_where_the_file_cannot_be_mapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise OSError(errno.ENODEV, "no mmap on this file system")
+
+    monkeypatch.setattr(header_map.mmap, "mmap", refuse)
+    backend = make_backend(tmp_path, io_threads=1)
+    keys = kit.random_keys(3)
+    calls = _Calls(monkeypatch)
+    assert backend.batch_set_v1(keys, indices(0, 3)) == [True] * 3
+    assert read_back(backend, keys, 4) == [True] * 3
+    assert len([fd for fd, (args, _t) in calls.of("pwrite") if len(args[0]) == ENTRY_SIZE]) == 6
+    assert backend.stats.get("header_map_unsupported") >= 1
+    backend.close()
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_io_threads_spread_a_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
     backend = make_backend(tmp_path, io_threads=threads)
@@ -356,7 +398,7 @@ def test_fsync_syncs_payloads_before_any_header_commits_them(tmp_path: Path, mon
     assert backend.batch_set_v1(keys, indices(0, 4)) == [True] * 4
     kinds = []
     for event, _fd, (args, _thread) in calls.events:
-        if event == "pwrite" and len(args[0]) == ENTRY_SIZE:
+        if event == "header" and len(args[0]) == ENTRY_SIZE:
             state = args[0][5]
             kinds.append("commit" if state == COMMITTED else "claim" if state == WRITING else "blank")
         elif event in ("pwritev", "fdatasync"):
