@@ -65,6 +65,7 @@ def open_files(
         for index in range(geometry.files):
             path = os.path.join(root, slab_file_name(prefix, index))
             fd = _open_or_create(path, geometry, index, tag, durable=durable, zero_fill=zero_fill, bump=bump)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
             try:
                 headers = open_headers(fd, geometry.data_offset, bump)
             except BaseException:
