@@ -364,6 +364,26 @@ def test_headers_are_stored_through_the_mapping_not_pwrite(tmp_path: Path, monke
     backend.close()
 
 
+def test_slab_files_and_the_raw_baseline_read_without_readahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    advised: list[tuple[int, int]] = []
+    real = os.posix_fadvise
+
+    def record(fd: int, offset: int, length: int, advice: int) -> None:
+        advised.append((fd, advice))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    backend = make_backend(tmp_path / "slab", io_threads=1)
+    random_fds = {fd for fd, advice in advised if advice == os.POSIX_FADV_RANDOM}
+    assert {file.fd for file in backend.slab_files()} <= random_fds  # a slot is read whole, never its neighbours
+    raw = RawSlab(tmp_path / "raw", reserve_bytes=1 << 20)
+    assert (raw.fd, os.POSIX_FADV_RANDOM) in advised
+    raw.close()
+    backend.close()
+
+
 def test_headers_fall_back_to_pwrite_where_the_file_cannot_be_mapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
