@@ -12,8 +12,9 @@ medians:
   (counted in the results; rare with 8 slots per set).
 - ``raw``: the physical baseline, ``os.pwritev`` of each page's segments into a preallocated file and
   ``os.preadv`` back into them (``RawSlab``, same thread count as the slab, readahead off like the
-  slab's files): no header, no checksum, no index. Its file has the slab's footprint (four rounds of pages) with the pages at random places
-  in it, as hashing places them in the slab; the rounds cycle over the four sets of extents.
+  slab's files): no header, no checksum, no index. Its file has the slab's footprint (four rounds
+  of pages) with the pages at random places in it, as hashing places them in the slab; the rounds
+  cycle over the four sets of extents.
 - ``file``: ``FileBackend.batch_set_v1`` / ``batch_get_v1`` (one file per page, fresh keys per round).
 - ``sglang``: SGLang's ``HiCacheFile`` through its generic ``batch_set`` / ``batch_get`` (one flat
   tensor per page), only when ``sglang`` is importable; skipped otherwise.
