@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 from hicache_storage_conformance import BackendConformance
+from hicache_storage_conformance.hooks import find_target
+from hicache_storage_file.conformance import FileTarget
 
 
 class _FileTarget(BackendConformance):
-    """Stopping the server takes the storage directory away, as an unmounted share would."""
+    """The registered hooks: stopping the server takes the storage directory away."""
 
     backend = "file"
-
-    def stop_server(self, backend: Any) -> None:
-        root = str(backend.root)
-        os.rename(root, root + ".offline")
-        with open(root, "wb"):  # a plain file where the directory was: every path below it fails
-            pass
-
-    def start_server(self, backend: Any) -> None:
-        root = str(backend.root)
-        os.unlink(root)
-        os.rename(root + ".offline", root)
+    conformance_target = FileTarget
 
 
 class TestFileConformance(_FileTarget):
@@ -37,3 +28,9 @@ class TestFileConformanceSizeLimited(_FileTarget):
     """``max_bytes`` set: ``may_evict`` is declared and the eviction tests run."""
 
     config: ClassVar[dict[str, Any]] = {"path": "{tmp}/pages", "max_bytes": 64 * 1024}
+
+
+def test_the_hooks_are_registered_under_the_backend_name() -> None:
+    hooks, source = find_target("file")
+    assert source == "entry point hicache_storage.conformance_targets:file"
+    assert isinstance(getattr(hooks, "inner", None), FileTarget)

@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 from hicache_storage_conformance import BackendConformance
+from hicache_storage_conformance.hooks import find_target
+from hicache_storage_slab.conformance import SlabTarget
 
 
 class _SlabTarget(BackendConformance):
-    """Stopping the server points every slab descriptor at a directory: each ``pread``/``pwrite`` fails."""
+    """The registered hooks: stopping the server points every slab descriptor at a directory."""
 
     backend = "slab"
-
-    def stop_server(self, backend: Any) -> None:
-        dead = os.open(str(backend.root), os.O_RDONLY)
-        saved: dict[int, int] = {}
-        try:
-            for file in backend.slab_files():
-                for fd in file.descriptors():
-                    saved[fd] = os.dup(fd)
-                    os.dup2(dead, fd, inheritable=False)
-        finally:
-            os.close(dead)
-        self._saved = saved
-
-    def start_server(self, backend: Any) -> None:
-        for fd, copy in self._saved.items():
-            os.dup2(copy, fd, inheritable=False)
-            os.close(copy)
-        self._saved = {}
+    conformance_target = SlabTarget
 
 
 class TestSlabConformance(_SlabTarget):
@@ -53,3 +37,9 @@ class TestSlabConformanceTiny(_SlabTarget):
     """288 KiB, 64 ways: one set of 64 slots (fully associative), so the eviction tests see pages go."""
 
     config: ClassVar[dict[str, Any]] = {"path": "{tmp}/slab", "capacity_bytes": 288 * 1024, "ways": 64}
+
+
+def test_the_hooks_are_registered_under_the_backend_name() -> None:
+    hooks, source = find_target("slab")
+    assert source == "entry point hicache_storage.conformance_targets:slab"
+    assert isinstance(getattr(hooks, "inner", None), SlabTarget)
