@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .options import SlabOptions, io_thread_count, resolve_root
 from .parallel import IoThreads
+from .slab_files import no_readahead
 
 __all__ = ["RawSlab"]
 
@@ -50,7 +51,7 @@ class RawSlab:
         self.path = self.directory / "raw.slab"
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | (getattr(os, "O_DIRECT", 0) if direct else 0)
         self.fd = os.open(self.path, flags, 0o600)
-        os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)  # read a page's bytes, no readahead past it
+        no_readahead(self.fd)  # a read fetches the page's bytes, nothing past them
         self.fsync = fsync
         self._io = IoThreads(threads)
         self._lock = threading.Lock()

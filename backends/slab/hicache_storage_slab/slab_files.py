@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from .header_map import HeaderIO, open_headers
 from .layout import BLOCK, SUPERBLOCK_SIZE, Geometry, SuperblockError, decode_superblock, encode_superblock
 
-__all__ = ["SLAB_FILE_MARK", "Bump", "SlabFile", "attach_direct", "fsync_directory", "open_files", "slab_file_name"]
+__all__ = [
+    "SLAB_FILE_MARK",
+    "Bump",
+    "SlabFile",
+    "attach_direct",
+    "fsync_directory",
+    "no_readahead",
+    "open_files",
+    "slab_file_name",
+]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
@@ -65,7 +74,7 @@ def open_files(
         for index in range(geometry.files):
             path = os.path.join(root, slab_file_name(prefix, index))
             fd = _open_or_create(path, geometry, index, tag, durable=durable, zero_fill=zero_fill, bump=bump)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            no_readahead(fd)
             try:
                 headers = open_headers(fd, geometry.data_offset, bump)
             except BaseException:
@@ -146,6 +155,14 @@ def _zero_fill(fd: int, begin: int, end: int) -> None:
         offset += written
     os.fdatasync(fd)
     os.posix_fadvise(fd, begin, end - begin, os.POSIX_FADV_DONTNEED)
+
+
+def no_readahead(fd: int) -> None:
+    """Tell the kernel reads of ``fd`` are random (``POSIX_FADV_RANDOM``): a read fetches the bytes asked
+    for and not the slots after them. A no-op where the platform has no ``posix_fadvise``."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        advise(fd, 0, 0, os.POSIX_FADV_RANDOM)
 
 
 def fsync_directory(directory: str) -> None:
