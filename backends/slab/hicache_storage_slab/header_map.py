@@ -86,10 +86,27 @@ class MappedHeaders(PositionalHeaders):
 
 
 def open_headers(fd: int, end: int, bump: Callable[[str], None]) -> HeaderIO:
-    """Header access for a slab file whose header area ends at ``end``: mapped where the file system
-    allows a shared writable mapping, else positional (counted as ``header_map_unsupported``)."""
+    """Header access for a slab file whose header area ends at ``end``: mapped where the file is
+    fully allocated and the file system allows a shared writable mapping, else positional (counted
+    as ``header_map_unsupported``).
+
+    A store into an unallocated block (a sparse file, where ``posix_fallocate`` was unsupported)
+    allocates it at fault time, and a full disk would then be ``SIGBUS``; a ``pwrite`` reports
+    ``ENOSPC`` instead.
+    """
+    if not _fully_allocated(fd):
+        bump("header_map_unsupported")
+        return PositionalHeaders(fd)
     try:
         return MappedHeaders(fd, end)
     except (OSError, ValueError):
         bump("header_map_unsupported")
         return PositionalHeaders(fd)
+
+
+def _fully_allocated(fd: int) -> bool:
+    """Whether the file system holds a block for every byte of the file (``st_blocks`` of 512 bytes;
+    fallocated blocks count, holes do not). ``False`` where the platform does not say."""
+    status = os.fstat(fd)
+    blocks = getattr(status, "st_blocks", None)
+    return blocks is not None and blocks * 512 >= status.st_size

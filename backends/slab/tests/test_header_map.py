@@ -15,8 +15,9 @@ AREA_END = SUPERBLOCK_SIZE + 64 * ENTRY_SIZE
 
 @pytest.fixture
 def slab_fd(tmp_path: Path) -> Iterator[int]:
+    """A slab-sized file whose blocks are allocated, as the backend creates them."""
     fd = os.open(tmp_path / "slab", os.O_RDWR | os.O_CREAT, 0o600)
-    os.ftruncate(fd, AREA_END + 4096)
+    os.posix_fallocate(fd, 0, AREA_END + 4096)
     yield fd
     os.close(fd)
 
@@ -66,3 +67,17 @@ def test_a_short_header_read_is_an_io_error(slab_fd: int) -> None:
     headers = PositionalHeaders(slab_fd)
     with pytest.raises(OSError, match="short read"):
         headers.read(AREA_END + 4096 - 10, ENTRY_SIZE)
+
+
+def test_a_sparse_header_area_is_written_positionally(tmp_path: Path) -> None:
+    """A store into a hole would allocate at fault time (SIGBUS on a full disk); pwrite says ENOSPC."""
+    fd = os.open(tmp_path / "sparse", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, AREA_END + 4096)  # no blocks: where posix_fallocate is unsupported
+        counted: list[str] = []
+        headers = open_headers(fd, AREA_END, counted.append)
+        assert isinstance(headers, PositionalHeaders) and counted == ["header_map_unsupported"]
+        headers.write(SUPERBLOCK_SIZE, b"s" * ENTRY_SIZE)
+        assert headers.read(SUPERBLOCK_SIZE, ENTRY_SIZE) == b"s" * ENTRY_SIZE
+    finally:
+        os.close(fd)
