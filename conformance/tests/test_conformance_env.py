@@ -10,6 +10,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+#: The file backend by module path: found without the conformance target its entry point registers.
+HOOKLESS_FILE = "hicache_storage_file:FileBackend"
+
+
 def run_pytest(env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HICACHE_CONFORMANCE_")}
     env.update(env_extra)
@@ -66,7 +70,7 @@ def test_unbuildable_backend_is_one_failure() -> None:
 def test_strict_profile_from_the_environment() -> None:
     done = run_pytest(
         {
-            "HICACHE_CONFORMANCE_BACKEND": "file",
+            "HICACHE_CONFORMANCE_BACKEND": HOOKLESS_FILE,  # by module path: no registered outage hooks
             "HICACHE_CONFORMANCE_CONFIG": '{"path": "{tmp}/p"}',
             "HICACHE_CONFORMANCE_ONLY": "faults",
             "HICACHE_CONFORMANCE_PROFILE": "strict",

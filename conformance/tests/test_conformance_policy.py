@@ -15,6 +15,9 @@ from test_conformance_cli import REFERENCE, run_cli
 
 from hicache_storage import ConfigError
 
+#: The file backend by module path: found without the conformance target its entry point registers.
+HOOKLESS_FILE = "hicache_storage_file:FileBackend"
+
 
 def test_policy_rules() -> None:
     strict = SkipPolicy("strict")
@@ -35,8 +38,17 @@ def test_policy_rules() -> None:
 
 def test_strict_fails_a_skip_for_a_missing_hook(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
+    # by module path, the file backend comes without the outage hooks its entry point registers
     done = run_cli(
-        "file", "--config", '{"path": "{tmp}/p"}', "--only", "faults", "--profile", "strict", "--json", str(report)
+        HOOKLESS_FILE,
+        "--config",
+        '{"path": "{tmp}/p"}',
+        "--only",
+        "faults",
+        "--profile",
+        "strict",
+        "--json",
+        str(report),
     )
     assert done.returncode == 1, done.stdout[-3000:]
     assert "skip policy (profile strict): FAILED" in done.stdout
