@@ -12,8 +12,9 @@ Headers are read with ``pread`` (one call, no journal, an ``OSError`` rather tha
 page must come from a failing disk), and every header write follows a read of the same header, so
 the page a store lands on is in the page cache.
 
-Where the file system cannot map the file, :class:`PositionalHeaders` reads and writes with
-``pread``/``pwrite`` instead.
+Where the file system cannot map the file, or the file is not fully allocated (a sparse file, where a
+store into a hole would allocate at fault time), :class:`PositionalHeaders` reads and writes with
+``pread``/``pwrite`` instead (:func:`open_headers` decides).
 """
 
 from __future__ import annotations
