@@ -56,6 +56,7 @@ from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.raw_baseline import RawSlab
 
 from hicache_storage import HostKVPool, make_config
+from hicache_storage.plugin.page_format import HEADER_SIZE as FILE_HEADER_BYTES
 
 SLAB_ROUNDS = 4  # the slab holds this many rounds of pages
 PHASES = ("write", "read_warm", "read_cold")
@@ -164,24 +165,13 @@ def build_sides(
 
     sides.append(Side("raw", raw_write, raw_read, lambda: [(str(raw.path), 0)]))
 
-    file_root = os.path.join(workdir, "file")
-    file_options = {"path": file_root, "resilience": False, "fsync": args.fsync}
-    file_backend = FileBackend(make_config("bench", extra_config=file_options))
-    file_backend.register_mem_pool_host(pool)
-    info["file_io_threads"] = file_backend.io_threads
-    info["file"] = file_backend
-
-    def file_write(round_number: int, batch_number: int) -> None:
-        keys = round_keys("file", round_number, batch_number)
-        if not all(file_backend.batch_set_v1(keys, indices[: len(keys) * PAGE_SIZE])):
-            raise RuntimeError("file write failed")
-
-    def file_read(round_number: int, batch_number: int) -> None:
-        keys = round_keys("file", round_number, batch_number)
-        if not all(file_backend.batch_get_v1(keys, indices[: len(keys) * PAGE_SIZE])):
-            raise RuntimeError("file read missed")
-
-    sides.append(Side("file", file_write, file_read, lambda: files_below(file_root)))
+    # file: at a size limit of four rounds of pages, which the warm-up fills (every timed write also
+    # deletes the oldest page files: the steady state of a full cache, like the slab's); file_growing:
+    # no limit, the directory only grows (no deletion in the write path)
+    file_limit = SLAB_ROUNDS * args.pages * (page_bytes + FILE_HEADER_BYTES)
+    for name, max_bytes in (("file", file_limit), ("file_growing", None)):
+        root = os.path.join(workdir, name)
+        sides.append(file_side(args, name, root=root, pool=pool, batch=batch, max_bytes=max_bytes, info=info))
 
     sglang = sglang_side(args, workdir, pool, batch)
     if isinstance(sglang, str):
@@ -189,6 +179,40 @@ def build_sides(
     else:
         sides.append(sglang)
     return sides, info
+
+
+def file_side(
+    args: argparse.Namespace,
+    name: str,
+    *,
+    root: str,
+    pool: HostKVPool,
+    batch: int,
+    max_bytes: int | None,
+    info: dict[str, Any],
+) -> Side:
+    """The file backend writing fresh keys per round under ``root`` (``max_bytes``: its size limit)."""
+    options: dict[str, Any] = {"path": root, "resilience": False, "fsync": args.fsync, "max_bytes": max_bytes}
+    backend = FileBackend(make_config("bench", extra_config=options))
+    backend.register_mem_pool_host(pool)
+    info["file_io_threads"] = backend.io_threads
+    info.setdefault("closers", []).append(backend.close)
+    indices = torch.arange(batch * PAGE_SIZE, dtype=torch.int64)
+
+    def keys_of(round_number: int, batch_number: int) -> list[str]:
+        return batches_of(keys_for(f"{name}{round_number}", args.pages), batch)[batch_number]
+
+    def write(round_number: int, batch_number: int) -> None:
+        keys = keys_of(round_number, batch_number)
+        if not all(backend.batch_set_v1(keys, indices[: len(keys) * PAGE_SIZE])):
+            raise RuntimeError(f"{name} write failed")
+
+    def read(round_number: int, batch_number: int) -> None:
+        keys = keys_of(round_number, batch_number)
+        if not all(backend.batch_get_v1(keys, indices[: len(keys) * PAGE_SIZE])):
+            raise RuntimeError(f"{name} read missed")
+
+    return Side(name, write, read, lambda: files_below(root))
 
 
 def sglang_side(args: argparse.Namespace, workdir: str, pool: HostKVPool, batch: int) -> Side | str:
@@ -259,7 +283,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sides, info = build_sides(args, workdir, pool, batch)
         samples = {f"{side.name}_{phase}": [] for side in sides for phase in PHASES}
         for side in sides:  # warm-up, untimed: files exist, code paths warm, the slab full
-            for warm_round in range(-SLAB_ROUNDS - 1 if side.name == "slab" else -1, 0):
+            full = side.name in ("slab", "file")  # filled to their limit: every timed write evicts
+            for warm_round in range(-SLAB_ROUNDS - 1 if full else -1, 0):
                 for number in range(batch_count):
                     side.write(warm_round, number)
             for number in range(batch_count):
@@ -282,7 +307,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         check_slab(slab, pool, batch, args.repeat - 1, args.pages)
         stats = slab.get_stats()
         slab.close()
-        info["file"].close()
+        for close in info["closers"]:
+            close()
         info["raw"].close()
 
     batch_bytes = batch * page_bytes
@@ -313,7 +339,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     for phase in PHASES:
         result["ratios"][f"slab/raw {phase}"] = ratio(f"slab_{phase}", f"raw_{phase}")
-        for other in ("file", "sglang"):
+        for other in ("file", "file_growing", "sglang"):
             if f"{other}_{phase}" in samples:
                 result["ratios"][f"slab/{other} {phase}"] = ratio(f"slab_{phase}", f"{other}_{phase}")
                 result["ratios"][f"{other}/raw {phase}"] = ratio(f"{other}_{phase}", f"raw_{phase}")

@@ -1,0 +1,46 @@
+"""The slab's benchmark scripts run end to end on a few pages (figures are not judged here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+
+
+def _run(script: str, *args: str, tmp_path: Path) -> dict:
+    out = tmp_path / "result.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args, "--dir", str(tmp_path), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list(tmp_path.iterdir()) == [out], "the benchmark left data behind"
+    return json.loads(out.read_text())
+
+
+def test_bench_slab_compares_every_side_in_steady_state(tmp_path: Path) -> None:
+    result = _run("bench_slab.py", "--pages", "8", "--batch", "4", "--repeat", "1", tmp_path=tmp_path)
+    assert result["sides"][:4] == ["slab", "raw", "file", "file_growing"]
+    for phase in ("write", "read_warm", "read_cold"):
+        for pair in ("slab/raw", "slab/file", "slab/file_growing", "file/raw"):
+            assert result["ratios"][f"{pair} {phase}"] > 0
+    counters = result["slab_counters"]
+    assert counters.get("integrity_failures", 0) == 0, counters
+
+
+def test_read_ceiling_reports_every_path(tmp_path: Path) -> None:
+    result = _run("slab_read_ceiling.py", "--pages", "8", "--threads", "2", "--repeat", "2", tmp_path=tmp_path)
+    paths = ("preadv", "preadv+xxh3", "mapped+xxh3", "Slab.read", "batch_get_v1")
+    assert set(result["us_per_page"]) == {f"{path} {threads}" for path in paths for threads in (1, 2)}
+    assert all(value > 0 for value in result["us_per_page"].values())
+    assert result["ratio_to_preadv"]["preadv 1"] == 1.0

@@ -1,0 +1,184 @@
+"""Where a warm slab read's time goes: the same cached slots read by ever more complete paths.
+
+Writes ``--pages`` pages of 512 KiB into a slab, then reads the same slots, with the page cache
+warm, in five ways, each timed per batch of all the pages on 1 and on ``--threads`` threads
+(pages split into contiguous runs, one per thread), interleaved batch by batch, medians:
+
+- ``preadv``: ``os.preadv`` of each page's segments from its slot (what the raw baseline does);
+- ``preadv+xxh3``: the same, then XXH3 of the bytes read (the least any full-page check costs
+  after the kernel's copy);
+- ``mapped+xxh3``: ``memmove`` out of a shared mapping of the slab file, then XXH3 (a user-space
+  copy leaves the page in the CPU cache; not a path the backend takes: an I/O error there is a
+  ``SIGBUS``, not an error);
+- ``Slab.read``: the backend's page read (key digest, header ``pread`` and checks, ``preadv``, XXH3);
+- ``batch_get_v1``: the whole call (threads are the backend's own ``io_threads``).
+
+Reported: microseconds per page, and each path's throughput as a ratio to ``preadv`` on the same
+thread count (``preadv+xxh3`` is the ceiling of a verified read through ``preadv``).
+
+    python benchmarks/slab_read_ceiling.py [--pages 128] [--threads 2] [--repeat 15] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import xxhash
+from disk_pages import PAGE_SIZE, make_pool
+from hicache_storage_slab import SlabBackend
+
+from hicache_storage import make_config
+
+PageRead = Callable[[int], None]  # read page number i
+
+
+def split_runs(count: int, threads: int, read: PageRead) -> Callable[[], None]:
+    """One batch: pages ``0..count`` in contiguous runs, the caller taking the first."""
+    bounds = [count * i // threads for i in range(threads + 1)]
+
+    def run(begin: int, end: int) -> None:
+        for page in range(begin, end):
+            read(page)
+
+    def batch() -> None:
+        workers = [threading.Thread(target=run, args=(bounds[i], bounds[i + 1])) for i in range(1, threads)]
+        for worker in workers:
+            worker.start()
+        run(bounds[0], bounds[1])
+        for worker in workers:
+            worker.join()
+
+    return batch
+
+
+def hash_segments(segments: Sequence[memoryview]) -> int:
+    hasher = xxhash.xxh3_64()
+    for segment in segments:
+        hasher.update(segment)
+    return int(hasher.intdigest())
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--pages", type=int, default=128, help="pages written once and read in every batch")
+    parser.add_argument("--threads", type=int, default=2, help="thread count besides 1 (the slab's io_threads)")
+    parser.add_argument("--repeat", type=int, default=15, help="batches per path and thread count")
+    parser.add_argument("--dir", default=None, help="parent directory for the slab (default: system temp dir)")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    if args.pages < 1 or args.threads < 1 or args.repeat < 1:
+        parser.error("--pages, --threads and --repeat must be >= 1")
+    pool = make_pool(args.pages)
+    pages = [pool.page_segments(i * PAGE_SIZE) for i in range(args.pages)]
+    indices = torch.arange(args.pages * PAGE_SIZE, dtype=torch.int64)
+    keys = [f"ceiling-{i}" for i in range(args.pages)]
+    counts = sorted({1, args.threads})
+    samples: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="slab-ceiling-", dir=args.dir) as workdir:
+        backends = {}
+        for threads in counts:
+            options = {"path": workdir, "capacity_bytes": 8 * args.pages * (pool.bytes_per_page + 64) + (1 << 20)}
+            backend = SlabBackend(make_config("bench", extra_config={**options, "io_threads": threads}))
+            backend.register_mem_pool_host(pool)
+            backends[threads] = backend
+        writer = backends[counts[0]]
+        if not all(writer.batch_set_v1(keys, indices)):
+            raise RuntimeError("slab write failed")
+        slab = writer.slab(writer.pool_keyspace())
+        storage_keys = writer.pool_keyspace().storage_keys(keys)
+        where = [slab.locate(key) for key in storage_keys]
+        if any(found is None for found in where):
+            raise RuntimeError("a page just written was evicted: raise --pages' slab capacity")
+        slots = [(found[0].fd, found[2]) for found in where if found is not None]
+        # read-write only because ctypes takes addresses of writable buffers; nothing stores into it
+        maps = {fd: mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) for fd, _ in slots}
+        anchors = {fd: ctypes.c_char.from_buffer(view) for fd, view in maps.items()}
+        bases = {fd: ctypes.addressof(anchor) for fd, anchor in anchors.items()}
+        targets = [[ctypes.addressof(ctypes.c_char.from_buffer(segment)) for segment in page] for page in pages]
+
+        def preadv(i: int) -> None:
+            os.preadv(slots[i][0], pages[i], slots[i][1])
+
+        def preadv_hash(i: int) -> None:
+            os.preadv(slots[i][0], pages[i], slots[i][1])
+            hash_segments(pages[i])
+
+        def mapped_hash(i: int) -> None:
+            fd, offset = slots[i]
+            source = bases[fd] + offset
+            for segment, target in zip(pages[i], targets[i], strict=True):
+                ctypes.memmove(target, source, segment.nbytes)
+                source += segment.nbytes
+            hash_segments(pages[i])
+
+        def slab_read(i: int) -> None:
+            if not slab.read(storage_keys[i], pages[i]):
+                raise RuntimeError("Slab.read missed a page just written")
+
+        paths: dict[str, Callable[[], None]] = {}
+        for threads in counts:
+            for name, read in (
+                ("preadv", preadv),
+                ("preadv+xxh3", preadv_hash),
+                ("mapped+xxh3", mapped_hash),
+                ("Slab.read", slab_read),
+            ):
+                paths[f"{name} {threads}"] = split_runs(args.pages, threads, read)
+            backend = backends[threads]
+            paths[f"batch_get_v1 {threads}"] = lambda backend=backend: _check(backend.batch_get_v1(keys, indices))
+        for batch in paths.values():  # warm-up: page cache, mapping, code paths
+            batch()
+        samples = {name: [] for name in paths}
+        for _ in range(args.repeat):
+            for name, batch in paths.items():
+                begin = time.perf_counter()
+                batch()
+                samples[name].append(time.perf_counter() - begin)
+        anchors.clear()
+        for view in maps.values():
+            view.close()
+        for backend in backends.values():
+            backend.close()
+    per_page = {name: statistics.median(values) / args.pages * 1e6 for name, values in samples.items()}
+    result: dict[str, Any] = {
+        "pages": args.pages,
+        "page_bytes": pool.bytes_per_page,
+        "repeat": args.repeat,
+        "threads": counts,
+        "us_per_page": {name: round(value, 1) for name, value in per_page.items()},
+        "ratio_to_preadv": {
+            name: round(per_page[f"preadv {name.rsplit(' ', 1)[1]}"] / v, 3) for name, v in per_page.items()
+        },
+    }
+    width = max(len(name.rsplit(" ", 1)[0]) for name in per_page)
+    lines = [f"{args.pages} cached pages x {pool.bytes_per_page // 1024} KiB, {args.repeat} batches per path (medians)"]
+    lines.append(f"  {'path':<{width}}  " + "  ".join(f"{t} thread(s): us/page  ratio" for t in counts))
+    for name in dict.fromkeys(n.rsplit(" ", 1)[0] for n in per_page):
+        cells = [f"{per_page[f'{name} {t}']:>18.1f}  {result['ratio_to_preadv'][f'{name} {t}']:.3f}" for t in counts]
+        lines.append(f"  {name:<{width}}  " + "  ".join(cells))
+    print("\n".join(lines))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _check(hits: list[bool]) -> None:
+    if not all(hits):
+        raise RuntimeError("batch_get_v1 missed a page just written")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
