@@ -15,7 +15,10 @@ medians:
   slab's files): no header, no checksum, no index. Its file has the slab's footprint (four rounds
   of pages) with the pages at random places in it, as hashing places them in the slab; the rounds
   cycle over the four sets of extents.
-- ``file``: ``FileBackend.batch_set_v1`` / ``batch_get_v1`` (one file per page, fresh keys per round).
+- ``file``: ``FileBackend.batch_set_v1`` / ``batch_get_v1`` (one file per page, fresh keys per round)
+  in the slab's steady state: ``max_bytes`` of four rounds' pages, filled by the warm-up, so every
+  timed write also deletes the oldest page files (their count is reported).
+- ``file_growing``: the same without a size limit: the directory only grows, nothing is deleted.
 - ``sglang``: SGLang's ``HiCacheFile`` through its generic ``batch_set`` / ``batch_get`` (one flat
   tensor per page), only when ``sglang`` is importable; skipped otherwise.
 
@@ -196,7 +199,7 @@ def file_side(
     backend = FileBackend(make_config("bench", extra_config=options))
     backend.register_mem_pool_host(pool)
     info["file_io_threads"] = backend.io_threads
-    info.setdefault("closers", []).append(backend.close)
+    info.setdefault("file_backends", {})[name] = backend
     indices = torch.arange(batch * PAGE_SIZE, dtype=torch.int64)
 
     def keys_of(round_number: int, batch_number: int) -> list[str]:
@@ -307,8 +310,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         check_slab(slab, pool, batch, args.repeat - 1, args.pages)
         stats = slab.get_stats()
         slab.close()
-        for close in info["closers"]:
-            close()
+        file_evictions = {}
+        for name, backend in info["file_backends"].items():
+            file_evictions[name] = backend.get_stats()["counters"].get("evictions", 0)
+            backend.close()
         info["raw"].close()
 
     batch_bytes = batch * page_bytes
@@ -335,6 +340,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "slab_read_misses": info["slab_read_misses"],
         "slab_counters": stats["counters"],
         "slab_faults": stats["faults"],
+        "file_evictions": file_evictions,
         "samples_seconds": {k: [round(x, 6) for x in v] for k, v in samples.items()},
     }
     for phase in PHASES:
@@ -353,6 +359,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lines.append(f"  {phase:<9} GB/s: {figures}")
     lines += [f"  {name}: {value:.3f}" for name, value in result["ratios"].items()]
     lines.append(f"  slab reads that missed (evicted by a later page of their round): {info['slab_read_misses']}")
+    lines.append(f"  page files the file sides deleted at their size limit: {file_evictions}")
     if info.get("sglang_skipped"):
         lines.append(f"  sglang side skipped: {info['sglang_skipped']}")
     print("\n".join(lines))

@@ -34,6 +34,8 @@ def test_bench_slab_compares_every_side_in_steady_state(tmp_path: Path) -> None:
     for phase in ("write", "read_warm", "read_cold"):
         for pair in ("slab/raw", "slab/file", "slab/file_growing", "file/raw"):
             assert result["ratios"][f"{pair} {phase}"] > 0
+    assert result["file_evictions"]["file"] > 0, "the file side never reached its size limit"
+    assert result["file_evictions"]["file_growing"] == 0
     counters = result["slab_counters"]
     assert counters.get("integrity_failures", 0) == 0, counters
 
