@@ -29,46 +29,31 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-import xxhash
 from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_slab import SlabBackend
+from hicache_storage_slab.layout import payload_checksum
+from hicache_storage_slab.parallel import IoThreads
 
 from hicache_storage import make_config
 
 PageRead = Callable[[int], None]  # read page number i
+SEED_DIGEST = bytes(range(16))  # any key digest: the checksum's seed, as the slab derives it
 
 
-def split_runs(count: int, threads: int, read: PageRead) -> Callable[[], None]:
-    """One batch: pages ``0..count`` in contiguous runs, the caller taking the first."""
-    bounds = [count * i // threads for i in range(threads + 1)]
-
-    def run(begin: int, end: int) -> None:
-        for page in range(begin, end):
-            read(page)
+def split_runs(count: int, threads: IoThreads, read: PageRead) -> Callable[[], None]:
+    """One batch: pages ``0..count`` over the slab's own I/O threads (contiguous runs, the caller first)."""
+    numbers = range(count)
 
     def batch() -> None:
-        workers = [threading.Thread(target=run, args=(bounds[i], bounds[i + 1])) for i in range(1, threads)]
-        for worker in workers:
-            worker.start()
-        run(bounds[0], bounds[1])
-        for worker in workers:
-            worker.join()
+        threads.map(lambda page, _unused: read(page), numbers, numbers)
 
     return batch
-
-
-def hash_segments(segments: Sequence[memoryview]) -> int:
-    hasher = xxhash.xxh3_64()
-    for segment in segments:
-        hasher.update(segment)
-    return int(hasher.intdigest())
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -101,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         storage_keys = writer.pool_keyspace().storage_keys(keys)
         where = [slab.locate(key) for key in storage_keys]
         if any(found is None for found in where):
-            raise RuntimeError("a page just written was evicted: raise --pages' slab capacity")
+            raise RuntimeError("a page just written was evicted from its set: run again with another --pages")
         slots = [(found[0].fd, found[2]) for found in where if found is not None]
         # read-write only because ctypes takes addresses of writable buffers; nothing stores into it
         maps = {fd: mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) for fd, _ in slots}
@@ -114,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         def preadv_hash(i: int) -> None:
             os.preadv(slots[i][0], pages[i], slots[i][1])
-            hash_segments(pages[i])
+            payload_checksum(pages[i], SEED_DIGEST)
 
         def mapped_hash(i: int) -> None:
             fd, offset = slots[i]
@@ -122,13 +107,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for segment, target in zip(pages[i], targets[i], strict=True):
                 ctypes.memmove(target, source, segment.nbytes)
                 source += segment.nbytes
-            hash_segments(pages[i])
+            payload_checksum(pages[i], SEED_DIGEST)
 
         def slab_read(i: int) -> None:
             if not slab.read(storage_keys[i], pages[i]):
                 raise RuntimeError("Slab.read missed a page just written")
 
         paths: dict[str, Callable[[], None]] = {}
+        pools = {threads: IoThreads(threads) for threads in counts}
         for threads in counts:
             for name, read in (
                 ("preadv", preadv),
@@ -136,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 ("mapped+xxh3", mapped_hash),
                 ("Slab.read", slab_read),
             ):
-                paths[f"{name} {threads}"] = split_runs(args.pages, threads, read)
+                paths[f"{name} {threads}"] = split_runs(args.pages, pools[threads], read)
             backend = backends[threads]
             paths[f"batch_get_v1 {threads}"] = lambda backend=backend: _check(backend.batch_get_v1(keys, indices))
         for batch in paths.values():  # warm-up: page cache, mapping, code paths
@@ -152,6 +138,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             view.close()
         for backend in backends.values():
             backend.close()
+        for threads_pool in pools.values():
+            threads_pool.close()
     per_page = {name: statistics.median(values) / args.pages * 1e6 for name, values in samples.items()}
     result: dict[str, Any] = {
         "pages": args.pages,
