@@ -1,11 +1,14 @@
-"""hicache-storage: the storage tier (L3) SDK for hierarchical KV caches such as SGLang's HiCache."""
+"""hicache-storage: the storage tier (L3) SDK for hierarchical KV caches such as SGLang's HiCache.
+
+Callers use :class:`HiCacheStorage` (built by :func:`load_backend`); backend authors implement
+:class:`hicache_storage.plugin.Backend`.
+"""
 
 from __future__ import annotations
 
-from .batch_context import BatchContext
 from .capabilities import Capabilities
 from .config import HiCacheStorageConfig, HiCacheStorageExtraInfo, make_config
-from .contract import API_VERSION, HiCacheStorage, PageBuffers, UnsupportedOperation
+from .contract import API_VERSION, HiCacheStorage
 from .errors import (
     ApiVersionError,
     BackendFault,
@@ -14,11 +17,21 @@ from .errors import (
     HostPoolError,
     InvalidKeyError,
     InvalidRequestError,
+    UnsupportedOperation,
 )
 from .host_pool import HostKVPool
 from .keys import KeySpace, page_hashes, storage_namespace_seed
-from .pools import PoolHitPolicy, PoolName, PoolTransfer, PoolTransferResult, count_pool_hits
-from .registry import available_backends, load_backend, register_backend
+from .page_buffers import PageBuffers
+from .pools import (
+    BatchContext,
+    HostStatePool,
+    PoolHitPolicy,
+    PoolName,
+    PoolTransfer,
+    PoolTransferResult,
+    count_pool_hits,
+)
+from .registry import BackendInfo, available_backends, load_backend, register_backend, resolve_backend
 
 __version__ = "0.1.0"
 
@@ -26,6 +39,7 @@ __all__ = [
     "API_VERSION",
     "ApiVersionError",
     "BackendFault",
+    "BackendInfo",
     "BackendLoadError",
     "BatchContext",
     "Capabilities",
@@ -35,6 +49,7 @@ __all__ = [
     "HiCacheStorageExtraInfo",
     "HostKVPool",
     "HostPoolError",
+    "HostStatePool",
     "InvalidKeyError",
     "InvalidRequestError",
     "KeySpace",
@@ -51,5 +66,6 @@ __all__ = [
     "make_config",
     "page_hashes",
     "register_backend",
+    "resolve_backend",
     "storage_namespace_seed",
 ]

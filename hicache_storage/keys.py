@@ -12,16 +12,25 @@ import hashlib
 import re
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from .errors import InvalidKeyError
+
+if TYPE_CHECKING:
+    from .pools.host import PoolFacts
 
 __all__ = [
     "KEY_FORMAT_VERSION",
     "MAX_KEY_LENGTH",
     "KeySpace",
+    "KNOWN_CONFIG_FIELDS",
     "chain_digests",
+    "describe_value",
+    "pool_keyspace",
     "namespace_root",
     "page_hashes",
     "storage_namespace_seed",
@@ -281,3 +290,81 @@ class KeySpace:
         """Storage keys for bare keys that already passed :func:`validate_keys`."""
         prefix, suffix = self.prefix, self.rank_suffix
         return [f"{prefix}{key}.{suffix}" for key in keys]
+
+
+def describe_value(value: Any) -> str:
+    """A stable text of a dtype, shape or scalar (for key digests and manifests)."""
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    if isinstance(value, (torch.Size, tuple, list)):
+        return "(" + ",".join(describe_value(item) for item in value) + ")"
+    return str(value)
+
+
+#: Config fields the SDK interprets; any other field of an engine's config enters the key digest.
+KNOWN_CONFIG_FIELDS: frozenset[str] = frozenset(
+    {
+        "tp_rank",
+        "tp_size",
+        "pp_rank",
+        "pp_size",
+        "attn_cp_rank",
+        "attn_cp_size",
+        "is_mla_model",
+        "enable_storage_metrics",
+        "is_page_first_layout",
+        "model_name",
+        "tp_lcm_size",
+        "should_split_heads",
+        "dp_rank",
+        "extra_config",
+        "dcp_size",
+        "dcp_rank",
+        "logical_page_size",
+        "identity_fields",
+    }
+)
+
+#: Pools whose state is sharded per tp rank even when the model's KV is replicated (MLA).
+_TP_SHARDED_POOLS = frozenset({"mamba"})
+
+
+def _identity_pairs(config: Any) -> tuple[tuple[str, str], ...]:
+    """Config fields the SDK does not interpret (e.g. a newer engine's ``model_identity_hash``)."""
+    extras: dict[str, Any] = dict(getattr(config, "identity_fields", None) or {})
+    if is_dataclass(config):
+        for item in fields(config):
+            if item.name not in KNOWN_CONFIG_FIELDS:
+                extras[item.name] = getattr(config, item.name)
+    return tuple(sorted((name, describe_value(value)) for name, value in extras.items() if value is not None))
+
+
+def pool_keyspace(
+    config: Any, facts: PoolFacts, *, pool_name: str = "kv", namespace: str = "", model_revision: str = ""
+) -> KeySpace:
+    """The :class:`KeySpace` of a pool with ``facts`` registered as ``pool_name`` under ``config``.
+
+    ``config`` is a :class:`~hicache_storage.config.HiCacheStorageConfig` (or SGLang's, same fields).
+    """
+    is_kv = pool_name == "kv"
+    tp_sharded = pool_name in _TP_SHARDED_POOLS or not config.is_mla_model
+    return KeySpace(
+        model_name=config.model_name or "",
+        model_revision=model_revision,
+        namespace=namespace,
+        dtype=facts.dtype,
+        layout=facts.layout,
+        page_size=facts.page_size,
+        page_bytes=facts.page_bytes,
+        is_mla=facts.is_mla,
+        tp_rank=config.tp_rank if tp_sharded else 0,
+        tp_size=config.tp_size if tp_sharded else 1,
+        pp_rank=config.pp_rank,
+        pp_size=config.pp_size,
+        cp_rank=config.attn_cp_rank,
+        cp_size=config.attn_cp_size,
+        pool=pool_name,
+        geometry=() if is_kv else facts.geometry,
+        identity=_identity_pairs(config),
+        tp_sharded=None if is_kv else tp_sharded,
+    )

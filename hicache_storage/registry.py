@@ -15,8 +15,10 @@ from typing import Any
 
 from .capabilities import Capabilities
 from .config import HiCacheStorageConfig
-from .contract import API_VERSION, HiCacheStorage
+from .contract import HiCacheStorage, backend_class
 from .errors import ApiVersionError, BackendLoadError
+from .layers.stack import LayerFactory
+from .plugin.backend import API_VERSION, Backend
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -31,7 +33,7 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "hicache_storage.backends"
 
-_registered: dict[str, type[HiCacheStorage] | str] = {}
+_registered: dict[str, type[Backend[Any]] | str] = {}
 
 
 @dataclass
@@ -56,7 +58,7 @@ class BackendInfo:
         return f"backend {self.name!r} ({self.target}, from {where})"
 
 
-def register_backend(name: str, backend: type[HiCacheStorage] | str, *, replace: bool = False) -> None:
+def register_backend(name: str, backend: type[Backend[Any]] | str, *, replace: bool = False) -> None:
     """Register a backend class (or ``"module:Class"`` string) under ``name`` in this process."""
     if not name or not isinstance(name, str):
         raise ValueError(f"backend name must be a non-empty str, got {name!r}")
@@ -99,6 +101,12 @@ def check_api_version(plugin_version: object, *, host_version: str = API_VERSION
         host_major, host_minor = (int(part) for part in host_version.split("."))
     except ValueError:
         raise ApiVersionError(f"{what} declares api_version {plugin_version!r}; expected 'MAJOR.MINOR'") from None
+    if major < host_major:
+        raise ApiVersionError(
+            f"{what} targets hicache-storage API {plugin_version}, written against the old face (a subclass of "
+            f"HiCacheStorage); this SDK provides {host_version}: implement hicache_storage.plugin.Backend instead "
+            "(see 'Migrating from API 1' in docs/writing-a-backend.md), or install a plugin release built for this API"
+        )
     if major != host_major or minor > host_minor:
         raise ApiVersionError(
             f"{what} targets hicache-storage API {plugin_version}, but this SDK provides {host_version}: "
@@ -117,18 +125,17 @@ def _import_target(target: str) -> Any:
     return obj
 
 
-def _validate_class(obj: Any, describe: str) -> type[HiCacheStorage]:
-    if not isinstance(obj, type) or not issubclass(obj, HiCacheStorage):
-        raise BackendLoadError(f"{describe} is {obj!r}, not a subclass of hicache_storage.HiCacheStorage")
-    check_api_version(getattr(obj, "api_version", None), what=describe)
-    return obj
+def _validate_class(obj: Any, describe: str) -> type[Backend[Any]]:
+    cls = backend_class(obj, describe)
+    check_api_version(cls.api_version, what=describe)
+    return cls
 
 
 def _candidates(name: str, path: Sequence[str] | None) -> list[tuple[metadata.EntryPoint, str | None, str | None]]:
     return [item for item in _entry_points(path) if item[0].name == name]
 
 
-def resolve_backend(name: str, *, path: Sequence[str] | None = None) -> tuple[type[HiCacheStorage], BackendInfo]:
+def resolve_backend(name: str, *, path: Sequence[str] | None = None) -> tuple[type[Backend[Any]], BackendInfo]:
     """Find and import the backend class for ``name`` (registered name, entry point or ``module:Class``)."""
     if name in _registered:
         target = _registered[name]
@@ -221,18 +228,20 @@ def available_backends(*, path: Sequence[str] | None = None, load: bool = False)
 
 
 def load_backend(
-    name: str,
+    name: str | type[Backend[Any]],
     config: HiCacheStorageConfig,
     *,
     resilience: bool = True,
     path: Sequence[str] | None = None,
+    layers: Sequence[LayerFactory] = (),
 ) -> HiCacheStorage:
-    """Construct the backend ``name`` (registered name, entry point or ``module:Class``) with ``config``.
+    """The caller API over backend ``name`` (a registered name, entry point, ``module:Class`` or the class).
 
-    The resilience policy from ``extra_config["resilience"]`` stays on unless ``resilience=False``.
+    The resilience policy from ``extra_config["resilience"]`` stays on unless ``resilience=False``;
+    ``layers`` go right over the backend (see :class:`~hicache_storage.HiCacheStorage`).
     """
-    cls, _info = resolve_backend(name, path=path)
-    backend = cls(config)
-    if not resilience:
-        backend.resilience = None
-    return backend
+    if isinstance(name, str):
+        cls, _info = resolve_backend(name, path=path)
+    else:
+        cls = _validate_class(name, f"backend class {name!r}")
+    return HiCacheStorage(cls, config, resilience=resilience, layers=layers)

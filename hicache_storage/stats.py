@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any
 
 __all__ = ["StorageStats"]
@@ -27,6 +27,23 @@ class StorageStats:
         self._extra: dict[str, float] = defaultdict(float)
         self._latency: dict[str, list[int]] = defaultdict(lambda: [0] * (len(self.LATENCY_BOUNDS) + 1))
         self.last_fault: str | None = None
+        self._samples: dict[str, deque[tuple[int, int, float]]] | None = None
+        self._sample_limit = 0
+
+    def keep_samples(self, limit: int) -> None:
+        """From now on keep the last ``limit`` calls of each operation as ``(pages, bytes, seconds)``."""
+        with self._lock:
+            self._sample_limit = limit
+            self._samples = {}
+
+    def drain_samples(self, op: str) -> list[tuple[int, int, float]]:
+        """The kept samples of ``op`` since the last drain (oldest first), forgetting them."""
+        with self._lock:
+            if self._samples is None or op not in self._samples:
+                return []
+            kept = list(self._samples[op])
+            self._samples[op].clear()
+            return kept
 
     def record(self, op: str, *, pages: int, ok: int, nbytes: int = 0, seconds: float = 0.0, faults: int = 0) -> None:
         """Add one call's outcome."""
@@ -40,12 +57,22 @@ class StorageStats:
             row["bytes"] += nbytes
             row["seconds"] += seconds
             self._latency[op][bisect.bisect_left(self.LATENCY_BOUNDS, seconds)] += 1
+            if self._samples is not None and pages:
+                kept = self._samples.get(op)
+                if kept is None:
+                    kept = self._samples[op] = deque(maxlen=self._sample_limit)
+                kept.append((pages, nbytes, seconds))
 
     def fault(self, op: str, error: BaseException) -> None:
         """Count a fault raised by the backend during ``op``."""
         with self._lock:
             self._ops[op]["faults"] += 1
             self.last_fault = f"{op}: {type(error).__name__}: {error}"[:500]
+
+    def note(self, message: str) -> None:
+        """Record ``message`` as the latest fault description, counting nothing."""
+        with self._lock:
+            self.last_fault = message[:500]
 
     def bump(self, name: str, amount: float = 1) -> None:
         """Increase a named counter (``integrity_failures``, ``retries``, ...)."""

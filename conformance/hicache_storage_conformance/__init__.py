@@ -4,7 +4,7 @@ Four ways over one body of tests: the ``hicache-storage conformance`` CLI (:func
 :class:`BackendConformance` subclassed in a plugin's own pytest suite, the pytest plugin
 (``pytest --hicache-backend NAME``) and ``HICACHE_CONFORMANCE_BACKEND=name pytest --pyargs
 hicache_storage_conformance.selected`` in CI. A backend's test-only hooks live on a
-:class:`ConformanceTarget`, outside the backend class.
+:class:`ConformanceHooks`, outside the backend class.
 
 The names below are imported on first use, so importing the package (as pytest does for its
 plugin) stays cheap and leaves the suite's modules to be imported, assertion-rewritten, by pytest.
@@ -21,9 +21,8 @@ if TYPE_CHECKING:
     from .base import BackendConformance, ConformanceBase
     from .categories import CATEGORIES
     from .harness import Handle, Harness
-    from .hooks import ConformanceTarget
+    from .hooks import ConformanceHooks, SideChannelUnavailable
     from .pages import PoolSpec
-    from .side_channel import SideChannelUnavailable
     from .skips import SkipPolicy
 
 __version__ = SUITE_VERSION
@@ -32,11 +31,11 @@ _LAZY = {
     "BackendConformance": "base",
     "ConformanceBase": "base",
     "CATEGORIES": "categories",
-    "ConformanceTarget": "hooks",
+    "ConformanceHooks": "hooks",
     "Handle": "harness",
     "Harness": "harness",
     "PoolSpec": "pages",
-    "SideChannelUnavailable": "side_channel",
+    "SideChannelUnavailable": "hooks",
     "SkipPolicy": "skips",
 }
 
@@ -45,7 +44,7 @@ __all__ = [
     "SUITE_VERSION",
     "BackendConformance",
     "ConformanceBase",
-    "ConformanceTarget",
+    "ConformanceHooks",
     "Handle",
     "Harness",
     "PoolSpec",

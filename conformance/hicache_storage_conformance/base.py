@@ -12,7 +12,7 @@ from hicache_storage import BackendLoadError, ConfigError
 
 from .categories import CATEGORIES, category_of
 from .harness import Harness
-from .hooks import ConformanceTarget, find_target
+from .hooks import ConformanceHooks, find_hooks
 from .skips import SkipPolicy, parse_policy
 from .suite.bad_input import BadInputTests
 from .suite.batch import BatchTests
@@ -27,7 +27,7 @@ from .suite.multi_pool import MultiPoolTests
 from .suite.overwrite import OverwriteTests
 from .suite.roundtrip import RoundTripTests
 from .suite.zero_copy import ZeroCopyTests
-from .target import Target, cached_target
+from .target import BackendUnderTest, cached_target
 
 __all__ = ["CATEGORIES", "MIXINS", "BackendConformance", "ConformanceBase", "category_of"]
 
@@ -67,22 +67,21 @@ class ConformanceBase:
       string value becomes the test's temporary directory. Override :meth:`backend_options` to
       compute it (it receives pytest's ``tmp_path``). A fresh random ``namespace`` (and model name)
       is added per test, and every instance is cleaned up (``delete`` or ``clear``) and closed.
-    - ``sglang``: ``None`` (auto: SGLang's surface for classes that do not subclass ``HiCacheStorage``)
+    - ``sglang``: ``None`` (auto: SGLang's surface for classes that do not implement ``Backend``)
       or ``True`` to test only SGLang's surface.
     - ``capability_overrides``: e.g. ``{"persistent": True}`` to test what the class does not declare.
     - ``max_examples``: examples of the model-based state machine (default 25).
-    - ``conformance_target``: the backend's test-only hooks, a
-      :class:`~hicache_storage_conformance.hooks.ConformanceTarget` (class or instance), any object
-      with the hook methods, or ``"module:Name"``; ``None`` looks one up in the entry-point group
-      ``hicache_storage.conformance_targets`` by the backend's name, else uses duck typing on the
-      instance (``raw_store()``, ``path_for(storage_key)``, ``set_available(flag)``).
+    - ``hooks``: the backend's test-only hooks, a
+      :class:`~hicache_storage_conformance.hooks.ConformanceHooks` (class or instance), any object
+      with the hook methods, or ``"module:Name"``; ``None`` looks them up in the entry-point group
+      ``hicache_storage.conformance_hooks`` by the backend's name.
     - ``profile`` (``"default"`` or ``"strict"``), ``require`` (categories) and ``fail_on_skip``:
       which skips fail instead (see :mod:`~hicache_storage_conformance.skips`).
 
-    Hook methods (override them here, or write them on a ``ConformanceTarget``): ``read_stored``,
+    Hook methods (override them here, or write them on a ``ConformanceHooks``): ``read_stored``,
     ``write_stored``, ``delete_stored``, ``corrupt_stored``, ``truncate_stored``, ``stop_server``,
     ``start_server``. A hook that cannot work raises
-    :class:`~hicache_storage_conformance.side_channel.SideChannelUnavailable`, which skips its tests.
+    :class:`~hicache_storage_conformance.hooks.SideChannelUnavailable`, which skips its tests.
     """
 
     backend: ClassVar[str | type | None] = None
@@ -90,13 +89,13 @@ class ConformanceBase:
     sglang: ClassVar[bool | None] = None
     capability_overrides: ClassVar[dict[str, Any]] = {}
     max_examples: ClassVar[int] = 25
-    conformance_target: ClassVar[Any] = None
+    hooks: ClassVar[Any] = None
     profile: ClassVar[str] = "default"
     require: ClassVar[tuple[str, ...]] = ()
     fail_on_skip: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- selection
-    def resolve_target(self) -> Target:
+    def resolve_target(self) -> BackendUnderTest:
         """The backend under test (skips when none is set; fails with the registry's error)."""
         if self.backend is None:
             pytest.skip(f"{type(self).__name__} sets no backend")
@@ -114,15 +113,15 @@ class ConformanceBase:
         policy = parse_policy(self.profile, list(self.require), self.fail_on_skip)
         return policy if policy.active else None
 
-    def target_hooks(self) -> ConformanceTarget:
-        """The backend's test-only hooks (see ``conformance_target``)."""
+    def target_hooks(self) -> ConformanceHooks:
+        """The backend's test-only hooks (see ``hooks``), found once per test class."""
         cls = type(self)
-        cached = vars(cls).get("_hc_hooks")
-        if isinstance(cached, ConformanceTarget):
+        cached = vars(cls).get("_found_hooks")
+        if isinstance(cached, ConformanceHooks):
             return cached
-        hooks, _source = find_target(self.backend, self.conformance_target)
-        cls._hc_hooks = hooks  # type: ignore[attr-defined]
-        return hooks
+        found, _source = find_hooks(self.backend, self.hooks)
+        cls._found_hooks = found  # type: ignore[attr-defined]
+        return found
 
     @pytest.fixture
     def harness(self, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Harness]:
@@ -167,11 +166,11 @@ class ConformanceBase:
         self.write_stored(backend, storage_key, data[: len(data) // 2])
 
     def stop_server(self, backend: Any) -> None:
-        """Take the backend's server away (default: the target's hook, else ``backend.set_available(False)``)."""
+        """Take the backend's server away (the hooks' ``stop_server``)."""
         self.target_hooks().stop_server(backend)
 
     def start_server(self, backend: Any) -> None:
-        """Bring the server back (default: the target's hook, else ``backend.set_available(True)``)."""
+        """Bring the server back (the hooks' ``start_server``)."""
         self.target_hooks().start_server(backend)
 
 

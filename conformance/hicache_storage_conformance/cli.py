@@ -21,7 +21,7 @@ from . import selection
 from ._version import SUITE_VERSION
 from .categories import CATEGORIES
 from .gate import SUITE_MODULE, BuildError, build_check
-from .hooks import find_target
+from .hooks import find_hooks
 from .report import Collector, render, write_json
 from .skips import PROFILES, parse_policy
 from .target import parse_capability_overrides
@@ -46,10 +46,10 @@ def build_parser(prog: str = "hicache-storage conformance") -> argparse.Argument
         help=f"run only these categories: {', '.join(CATEGORIES)}",
     )
     parser.add_argument(
-        "--target",
+        "--hooks",
         metavar="MODULE:NAME",
-        help="the backend's conformance target (test-only hooks); default: the entry point "
-        "hicache_storage.conformance_targets named like the backend",
+        help="the backend's conformance hooks (test-only); default: the entry point "
+        "hicache_storage.conformance_hooks named like the backend",
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
     parser.add_argument("--junitxml", type=Path, metavar="FILE", help="write a JUnit XML report")
@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
         overrides=overrides,
         max_examples=args.max_examples,
         sglang=True if args.sglang else None,
-        target=args.target,
+        hooks=args.hooks,
     )
     try:
         target, effective = build_check(chosen)
@@ -111,13 +111,13 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         print("no test was run", file=sys.stderr)
         return 2 if exc.usage else 1
-    hooks, source = find_target(args.backend, args.target)
+    hooks, source = find_hooks(args.backend, args.hooks)
     header = {
         **target.describe(effective),
         "suite_version": SUITE_VERSION,
         "config": config,
         "only": list(only),
-        "hooks": hooks.describe(target.cls) + (f" [{source}]" if source != "none" else ""),
+        "hooks": hooks.describe() + (f" [{source}]" if source != "none" else ""),
     }
     selection.use(chosen)
     collector = Collector()

@@ -1,8 +1,8 @@
 """Faults the suite injects into any SDK backend, through its primitives, with no hook of the backend's.
 
-The base class looks each primitive up on the instance at call time (``HiCacheStorage._primitive``),
-so an instance attribute of the same name routes every call through a wrapper
-(:func:`interpose`). The wrappers here make a primitive raise, hang until past the call's
+The suite builds every instance with fault points right over the backend
+(:class:`hicache_storage.testing.layers.FaultPoints`), so a wrapper can route any primitive call
+(``handle.interpose(primitive, wrapper)``). The wrappers here make a primitive raise, hang until past the call's
 deadline, return a malformed result, or hand the backend page buffers it cannot use: a released
 memoryview to ``write_pages`` (reading it raises) and a read-only one to ``read_pages`` (writing
 into it raises). The last two reach *inside* the backend: a backend that swallows the error and
@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from hicache_storage.resilience import current_deadline
+from hicache_storage.plugin import current_deadline
+from hicache_storage.testing.layers import Wrapper
 
 __all__ = [
     "FAULT_MODES",
     "FAULT_RESILIENCE",
     "InjectedFault",
     "fault_wrapper",
-    "interpose",
     "poison_read",
     "poison_write",
     "released_page",
@@ -42,30 +42,9 @@ FAULT_MODES = ("raises", "hangs", "short_result", "not_a_list", "scribbles_then_
 #: Longest an injected hang waits when the call has no deadline (resilience off).
 HANG_CAP_S = 2.0
 
-Wrapper = Callable[..., Any]
-
 
 class InjectedFault(ConnectionError):
     """The error an injected fault raises (a connection error, as a client would)."""
-
-
-@contextlib.contextmanager
-def interpose(backend: Any, primitive: str, wrapper: Wrapper) -> Iterator[None]:
-    """Route ``backend.<primitive>`` through ``wrapper(original, *args)`` for the block."""
-    original = getattr(backend, primitive)
-    had_own = primitive in vars(backend)
-
-    def routed(*args: Any) -> Any:
-        return wrapper(original, *args)
-
-    setattr(backend, primitive, routed)
-    try:
-        yield
-    finally:
-        if had_own:
-            setattr(backend, primitive, original)
-        else:
-            delattr(backend, primitive)
 
 
 def _hang() -> None:
@@ -76,7 +55,7 @@ def _hang() -> None:
 
 
 def fault_wrapper(mode: str, primitive: str) -> Wrapper:
-    """A wrapper (for :func:`interpose`) that makes ``primitive`` misbehave as ``mode`` says.
+    """A wrapper (for ``handle.interpose``) that makes ``primitive`` misbehave as ``mode`` says.
 
     ``scribbles_then_raises`` writes garbage into the page buffers of a ``read_pages`` call before
     raising (for the other primitives it only raises).

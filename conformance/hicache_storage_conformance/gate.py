@@ -18,9 +18,9 @@ from hicache_storage import BackendLoadError, ConfigError
 
 from .categories import category_of
 from .harness import substitute_tmp
-from .hooks import find_target
+from .hooks import find_hooks
 from .selection import Selection, current
-from .target import Target, cached_target
+from .target import BackendUnderTest, cached_target
 
 __all__ = ["SUITE_MODULE", "BuildError", "build_check", "gate_items"]
 
@@ -37,7 +37,7 @@ class BuildError(Exception):
         self.usage = usage
 
 
-def build_check(selection: Selection) -> tuple[Target, Any]:
+def build_check(selection: Selection) -> tuple[BackendUnderTest, Any]:
     """Resolve the backend, its hooks, and build one instance from the config (closed again).
 
     Returns the target and its effective capabilities; raises :class:`BuildError` with one message
@@ -48,7 +48,7 @@ def build_check(selection: Selection) -> tuple[Target, Any]:
     except (BackendLoadError, ConfigError) as exc:
         raise BuildError(f"cannot load backend {selection.backend!r}: {exc}", usage=True) from exc
     try:
-        find_target(selection.backend, selection.target)
+        find_hooks(selection.backend, selection.hooks)
     except BackendLoadError as exc:
         raise BuildError(str(exc), usage=True) from exc
     if not target.sdk:

@@ -17,13 +17,15 @@ import pytest
 import torch
 
 from hicache_storage import Capabilities, HiCacheStorageConfig, HostKVPool, make_config
+from hicache_storage.plugin import Backend
+from hicache_storage.testing.layers import FaultPoints, Wrapper
 
 from . import skips
 from .categories import category_of
 from .checks import SENTINEL, Mismatch, check_pages
+from .hooks import SideChannelUnavailable
 from .pages import PoolSpec, host_indices, make_pool, page_content, read_slot, tensor_bytes, tensor_of, write_slot
-from .side_channel import SideChannelUnavailable
-from .target import Target
+from .target import BackendUnderTest
 
 __all__ = ["SENTINEL", "Handle", "Harness", "expect_bools", "substitute_tmp"]
 
@@ -57,17 +59,41 @@ def substitute_tmp(value: Any, tmp: str) -> Any:
 class Handle:
     """One backend instance with its host pool, and the calls tests make on it."""
 
-    def __init__(self, harness: Harness, backend: Any, pool: HostKVPool, spec: PoolSpec, config: HiCacheStorageConfig):
+    def __init__(
+        self,
+        harness: Harness,
+        backend: Any,
+        pool: HostKVPool,
+        spec: PoolSpec,
+        config: HiCacheStorageConfig,
+        *,
+        faults: FaultPoints | None = None,
+    ):
         self.harness = harness
         self.backend = backend
         self.pool = pool
         self.spec = spec
         self.config = config
+        #: The fault points right over the backend (SDK surface only), for :meth:`interpose`.
+        self.faults = faults
         self.closed = False
         #: Sidecar pools registered next to the KV pool (names), cleaned up like the KV pool.
         self.sidecars: tuple[str, ...] = ()
 
     # ----------------------------------------------------------- identity
+    @property
+    def implementation(self) -> Any:
+        """What the hooks receive: the author's :class:`~hicache_storage.plugin.Backend` (SDK surface),
+        the instance itself (SGLang surface)."""
+        inner = getattr(self.backend, "backend", None)
+        return inner if self.harness.sdk and isinstance(inner, Backend) else self.backend
+
+    def interpose(self, primitive: str, wrapper: Wrapper) -> contextlib.AbstractContextManager[None]:
+        """Route ``primitive`` of this instance's backend through ``wrapper`` for the block (SDK surface)."""
+        if self.faults is None:
+            raise RuntimeError("fault points exist only on the SDK surface")
+        return self.faults.interpose(primitive, wrapper)
+
     @property
     def page_bytes(self) -> int:
         """Bytes of one page of this pool."""
@@ -220,7 +246,7 @@ class Harness:
 
     def __init__(
         self,
-        target: Target,
+        target: BackendUnderTest,
         options: dict[str, Any],
         tmp_path: Path,
         hooks: Any = None,
@@ -347,18 +373,37 @@ class Harness:
         """Construct an instance on ``config`` (or ``self.config(**fields)``) and register a fresh pool."""
         spec = spec or PoolSpec()
         config = config or self.config(**fields)
-        backend = self.target.construct(config)
+        backend, faults = self.construct(config)
         pool = make_pool(spec)
         try:
             backend.register_mem_pool_host(pool)
         except BaseException:
             _close_quietly(backend)
             raise
-        return self.adopt(backend, pool, spec, config)
+        return self.adopt(backend, pool, spec, config, faults=faults)
 
-    def adopt(self, backend: Any, pool: Any, spec: PoolSpec, config: HiCacheStorageConfig) -> Handle:
+    def construct(self, config: HiCacheStorageConfig) -> tuple[Any, FaultPoints | None]:
+        """An instance on ``config`` and, on the SDK surface, the fault points right over its backend."""
+        points: list[FaultPoints] = []
+
+        def fault_points(inner: Backend[Any], capabilities: Capabilities) -> Backend[Any]:
+            points.append(FaultPoints(inner, capabilities))
+            return points[-1]
+
+        backend = self.target.construct(config, [fault_points] if self.sdk else [])
+        return backend, (points[0] if points else None)
+
+    def adopt(
+        self,
+        backend: Any,
+        pool: Any,
+        spec: PoolSpec,
+        config: HiCacheStorageConfig,
+        *,
+        faults: FaultPoints | None = None,
+    ) -> Handle:
         """Track an instance built and registered elsewhere (cleaned up and closed with the others)."""
-        handle = Handle(self, backend, pool, spec, config)
+        handle = Handle(self, backend, pool, spec, config, faults=faults)
         self.handles.append(handle)
         if self._caps is None:
             declared = getattr(backend, "capabilities", None)
@@ -369,12 +414,12 @@ class Harness:
 
     def stop_server(self, handle: Handle) -> None:
         """Take the server of ``handle`` away through the test class's hook."""
-        self.hooks.stop_server(handle.backend)
+        self.hooks.stop_server(handle.implementation)
         self.stopped.append(handle)
 
     def start_server(self, handle: Handle) -> None:
         """Bring the server of ``handle`` back."""
-        self.hooks.start_server(handle.backend)
+        self.hooks.start_server(handle.implementation)
         if handle in self.stopped:
             self.stopped.remove(handle)
 

@@ -17,13 +17,10 @@ from typing import Any, cast
 import torch
 
 from hicache_storage import HiCacheStorageConfig, PoolHitPolicy, PoolTransfer
-from hicache_storage.page_buffers import pool_page_buffers, pool_page_bytes
-from hicache_storage.pools import pool_name_str
-from hicache_storage.testing import attach_hybrid_pools, make_hybrid_pools
+from hicache_storage.testing import attach_hybrid_pools, make_hybrid_pools, pool_facts, pool_name_str, pool_page_buffers
 
 from . import skips
 from .checks import check_pages
-from .faultkit import interpose
 from .harness import SENTINEL, Handle, Harness, expect_bools
 from .pages import PoolSpec, page_content
 
@@ -168,7 +165,7 @@ class HybridHandle:
     # ----------------------------------------------------------- pages and slots
     def page_bytes(self, pool: str) -> int:
         """Bytes of one page of ``pool``."""
-        return pool_page_bytes(self.pools[pool])
+        return pool_facts(self.pools[pool]).page_bytes
 
     def content(self, pool: str, key: str, version: int = 0) -> bytes:
         """The page the suite writes for ``key`` at ``version`` in ``pool``."""
@@ -333,7 +330,7 @@ class HybridHandle:
         Only the SDK surface has primitives; the base class looks them up on the instance per call.
         """
         self.harness.require_sdk("fault injection into backend primitives")
-        with interpose(self.backend, primitive, wrapper):
+        with self.handle.interpose(primitive, wrapper):
             yield
 
     def storage_keys(self, pool: str, keys: Sequence[str]) -> set[str]:
@@ -379,12 +376,12 @@ def open_hybrid(
         harness.skip(
             skips.SURFACE,
             "the class defines no register_mem_host_pool_v2/batch_get_v2/batch_set_v2/batch_exists_v2",
-            "define the multi-pool (v2) calls, or subclass hicache_storage.HiCacheStorage (which serves them)",
+            "define the multi-pool (v2) calls, or implement hicache_storage.plugin.Backend (the SDK serves them)",
         )
     pools = dict(make_hybrid_pools(num_pages=POOL_SLOTS))
     pools.update(replace or {})
     config = config or harness.config(extra=extra)
-    backend = harness.target.construct(config)
+    backend, faults = harness.construct(config)
     try:
         _register(harness, backend, pools, finish)
     except BaseException:
@@ -393,6 +390,6 @@ def open_hybrid(
             with contextlib.suppress(Exception):
                 close()
         raise
-    handle = harness.adopt(backend, pools["kv"], PoolSpec(layer_num=3, num_pages=POOL_SLOTS), config)
+    handle = harness.adopt(backend, pools["kv"], PoolSpec(layer_num=3, num_pages=POOL_SLOTS), config, faults=faults)
     handle.sidecars = tuple(name for name in pools if name != "kv")
     return HybridHandle(harness, handle, pools)

@@ -2,7 +2,7 @@
 
 ``pytest --hicache-backend NAME [--hicache-config JSON] [tests/]`` adds the suite (one test class
 per category) to the session, on that backend. The plugin does nothing unless
-``--hicache-backend`` is given. Options mirror the CLI's: ``--hicache-only``, ``--hicache-target``,
+``--hicache-backend`` is given. Options mirror the CLI's: ``--hicache-only``, ``--hicache-hooks``,
 ``--hicache-capability-override``, ``--hicache-max-examples``, ``--hicache-sglang``, and the skip
 policy ``--hicache-profile strict``, ``--hicache-require``, ``--hicache-fail-on-skip`` (a skip the
 policy does not accept fails its test, saying what would enable it).
@@ -32,7 +32,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hicache-backend", metavar="NAME", help="run the conformance suite on this backend")
     group.addoption("--hicache-config", metavar="JSON", default="{}", help="the backend's extra_config (or @file)")
     group.addoption("--hicache-only", action="append", default=[], metavar="CATEGORY", help="categories to run")
-    group.addoption("--hicache-target", metavar="MODULE:NAME", help="the backend's conformance target (hooks)")
+    group.addoption("--hicache-hooks", metavar="MODULE:NAME", help="the backend's conformance hooks")
     group.addoption(
         "--hicache-capability-override", action="append", default=[], metavar="NAME=VALUE", help="test as if declared"
     )
@@ -68,7 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
             overrides=parse_capability_overrides(config.getoption("hicache_capability_override")),
             max_examples=max(1, int(config.getoption("hicache_max_examples"))),
             sglang=True if config.getoption("hicache_sglang") else None,
-            target=config.getoption("hicache_target"),
+            hooks=config.getoption("hicache_hooks"),
             policy=policy if policy.active else None,
         )
     except (BackendLoadError, ConfigError) as exc:

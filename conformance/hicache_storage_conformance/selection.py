@@ -4,7 +4,7 @@ Environment (for CI): ``HICACHE_CONFORMANCE_BACKEND`` (name or ``module:Class``;
 ``HICACHE_CONFORMANCE_CONFIG`` (JSON object or ``@file``), ``HICACHE_CONFORMANCE_ONLY``
 (comma-separated categories), ``HICACHE_CONFORMANCE_CAPABILITIES`` (``name=value,...``),
 ``HICACHE_CONFORMANCE_MAX_EXAMPLES``, ``HICACHE_CONFORMANCE_SGLANG`` (``1`` = SGLang surface only),
-``HICACHE_CONFORMANCE_TARGET`` (``module:Name`` of the backend's conformance target),
+``HICACHE_CONFORMANCE_HOOKS`` (``module:Name`` of the backend's conformance hooks),
 ``HICACHE_CONFORMANCE_PROFILE`` (``strict``), ``HICACHE_CONFORMANCE_REQUIRE`` (categories that may not
 skip) and ``HICACHE_CONFORMANCE_FAIL_ON_SKIP`` (``1``: no test may skip).
 """
@@ -31,7 +31,7 @@ ENV_ONLY = "HICACHE_CONFORMANCE_ONLY"
 ENV_CAPABILITIES = "HICACHE_CONFORMANCE_CAPABILITIES"
 ENV_MAX_EXAMPLES = "HICACHE_CONFORMANCE_MAX_EXAMPLES"
 ENV_SGLANG = "HICACHE_CONFORMANCE_SGLANG"
-ENV_TARGET = "HICACHE_CONFORMANCE_TARGET"
+ENV_HOOKS = "HICACHE_CONFORMANCE_HOOKS"
 ENV_PROFILE = "HICACHE_CONFORMANCE_PROFILE"
 ENV_REQUIRE = "HICACHE_CONFORMANCE_REQUIRE"
 ENV_FAIL_ON_SKIP = "HICACHE_CONFORMANCE_FAIL_ON_SKIP"
@@ -42,7 +42,7 @@ _TRUE = ("1", "true", "yes")
 class Selection:
     """A backend and how to test it.
 
-    ``target``: the backend's conformance target (``module:Name``; ``None`` = by entry point);
+    ``hooks``: the backend's conformance hooks (``module:Name``; ``None`` = by entry point);
     ``policy``: skips that fail their test instead (``None`` = every skip is a skip; the CLI judges
     skips after the run instead).
     """
@@ -53,7 +53,7 @@ class Selection:
     overrides: dict[str, Any] = field(default_factory=dict)
     max_examples: int = 25
     sglang: bool | None = None
-    target: str | None = None
+    hooks: str | None = None
     policy: SkipPolicy | None = None
 
 
@@ -119,6 +119,6 @@ def current() -> Selection | None:
         overrides=parse_capability_overrides(caps),
         max_examples=max_examples,
         sglang=True if os.environ.get(ENV_SGLANG, "").strip().lower() in _TRUE else None,
-        target=os.environ.get(ENV_TARGET, "").strip() or None,
+        hooks=os.environ.get(ENV_HOOKS, "").strip() or None,
         policy=policy if policy.active else None,
     )

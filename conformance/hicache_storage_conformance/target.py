@@ -4,15 +4,32 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from typing import Any
 
-from hicache_storage import BackendLoadError, Capabilities, ConfigError, HiCacheStorage
-from hicache_storage.registry import BackendInfo, resolve_backend
+from hicache_storage import (
+    BackendInfo,
+    BackendLoadError,
+    Capabilities,
+    ConfigError,
+    load_backend,
+    make_config,
+    resolve_backend,
+)
+from hicache_storage.plugin import Backend
+from hicache_storage.testing.layers import LayerFactory, capability_overrides
 
-__all__ = ["SGLANG_REQUIRED", "V2_METHODS", "Target", "cached_target", "parse_capability_overrides", "resolve_target"]
+__all__ = [
+    "SGLANG_REQUIRED",
+    "V2_METHODS",
+    "BackendUnderTest",
+    "cached_target",
+    "parse_capability_overrides",
+    "resolve_target",
+]
 
 #: Methods a class must define to be tested through SGLang's surface.
 SGLANG_REQUIRED = ("get", "batch_get", "set", "batch_set", "exists")
@@ -21,11 +38,12 @@ V2_METHODS = ("register_mem_host_pool_v2", "batch_get_v2", "batch_set_v2", "batc
 
 
 @dataclass
-class Target:
+class BackendUnderTest:
     """A resolved backend.
 
-    ``sdk`` is ``True`` when the class subclasses :class:`HiCacheStorage` and is tested through the
-    SDK surface; ``False`` for a class tested only through SGLang's surface (the "SGLang tier").
+    ``sdk`` is ``True`` when the class implements :class:`hicache_storage.plugin.Backend` and is
+    tested through the SDK's caller API; ``False`` for a class tested only through SGLang's surface
+    (the "SGLang tier", such as SGLang's own ``HiCacheFile``).
     ``capabilities`` are the declared ones with ``overrides`` applied; tests gate on them.
     """
 
@@ -48,18 +66,20 @@ class Target:
 
     @property
     def has_v1(self) -> bool:
-        """Whether the zero-copy v1 calls are available."""
-        return all(callable(getattr(self.cls, name, None)) for name in ("batch_get_v1", "batch_set_v1"))
+        """Whether the zero-copy v1 calls are available (always, through the SDK's caller API)."""
+        return self.sdk or all(callable(getattr(self.cls, name, None)) for name in ("batch_get_v1", "batch_set_v1"))
 
     @property
     def has_v2(self) -> bool:
-        """Whether the multi-pool (v2) calls and sidecar registration are defined."""
-        return all(callable(getattr(self.cls, name, None)) for name in V2_METHODS)
+        """Whether the multi-pool (v2) calls and sidecar registration are defined (always on the SDK surface)."""
+        return self.sdk or all(callable(getattr(self.cls, name, None)) for name in V2_METHODS)
 
-    def construct(self, config: Any) -> Any:
-        """Build an instance: ``cls(config)`` for SDK classes; SGLang's ``cls(config, extra_config)`` otherwise."""
+    def construct(self, config: Any, layers: Sequence[LayerFactory] = ()) -> Any:
+        """Build an instance: the caller API over the backend (the capability overrides and ``layers``
+        right over it) for SDK classes; SGLang's ``cls(config, extra_config)`` otherwise."""
         if self.sdk:
-            return self.cls(config)
+            extra = [capability_overrides(self.overrides)] if self.overrides else []
+            return load_backend(self.cls, config, layers=[*layers, *extra])
         params = [
             p
             for p in inspect.signature(self.cls).parameters.values()
@@ -77,8 +97,6 @@ class Target:
         When the instance cannot be built: the declared capabilities, or with ``strict`` the error
         (a :class:`ConfigError` naming the option for a bad or missing option).
         """
-        from hicache_storage import make_config
-
         try:
             backend = self.construct(make_config("conformance-probe", extra_config=options))
         except Exception:
@@ -165,19 +183,19 @@ def _import_class(path: str) -> Any:
     return obj
 
 
-def _sglang_target(name: str, cls: Any, overrides: dict[str, Any], info: BackendInfo | None) -> Target:
+def _sglang_target(name: str, cls: Any, overrides: dict[str, Any], info: BackendInfo | None) -> BackendUnderTest:
     if not isinstance(cls, type):
         raise BackendLoadError(f"{name!r} is {cls!r}, not a class")
     missing = [m for m in SGLANG_REQUIRED if not callable(getattr(cls, m, None))]
     if missing:
         raise BackendLoadError(
-            f"{name!r} ({cls.__module__}:{cls.__qualname__}) is neither a hicache_storage.HiCacheStorage subclass "
+            f"{name!r} ({cls.__module__}:{cls.__qualname__}) is neither a hicache_storage.plugin.Backend subclass "
             f"nor a class with SGLang's storage surface: it lacks {', '.join(missing)}"
         )
     declared = getattr(cls, "capabilities", None)
     if not isinstance(declared, Capabilities):
         declared = Capabilities()
-    return Target(name, cls, False, declared, overrides, info)
+    return BackendUnderTest(name, cls, False, declared, overrides, info)
 
 
 def resolve_target(
@@ -185,33 +203,33 @@ def resolve_target(
     *,
     sglang: bool | None = None,
     overrides: dict[str, Any] | None = None,
-) -> Target:
+) -> BackendUnderTest:
     """Resolve ``backend`` (entry-point name, ``module:Class`` or a class).
 
-    ``sglang=None`` picks the tier from the class (SGLang surface when it does not subclass
-    :class:`HiCacheStorage`); ``True`` forces the SGLang surface. Raises :class:`BackendLoadError`
+    ``sglang=None`` picks the tier from the class (SGLang surface when it does not implement
+    :class:`~hicache_storage.plugin.Backend`); ``True`` forces the SGLang surface. Raises :class:`BackendLoadError`
     with the registry's message when the backend cannot be found or loaded.
     """
     overrides = dict(overrides or {})
     Capabilities().with_overrides(overrides)  # unknown names fail early with ConfigError
     if isinstance(backend, type):
         name = f"{backend.__module__}:{backend.__qualname__}"
-        if issubclass(backend, HiCacheStorage) and not sglang:
-            return Target(name, backend, True, backend.capabilities, overrides)
+        if issubclass(backend, Backend) and not sglang:
+            return BackendUnderTest(name, backend, True, backend.capabilities, overrides)
         return _sglang_target(name, backend, overrides, None)
     if not isinstance(backend, str) or not backend:
         raise BackendLoadError(f"backend must be an entry-point name, 'module:Class' or a class, got {backend!r}")
     if ":" in backend:
         cls = _import_class(backend)
-        if not (isinstance(cls, type) and issubclass(cls, HiCacheStorage)):
+        if not (isinstance(cls, type) and issubclass(cls, Backend)):
             return _sglang_target(backend, cls, overrides, BackendInfo(backend, backend, "import path"))
     cls, info = resolve_backend(backend)
     if sglang:
         return _sglang_target(backend, cls, overrides, info)
-    return Target(backend, cls, True, cls.capabilities, overrides, info)
+    return BackendUnderTest(backend, cls, True, cls.capabilities, overrides, info)
 
 
 @lru_cache(maxsize=64)
-def cached_target(backend: Any, sglang: bool | None, overrides: tuple[tuple[str, Any], ...]) -> Target:
+def cached_target(backend: Any, sglang: bool | None, overrides: tuple[tuple[str, Any], ...]) -> BackendUnderTest:
     """:func:`resolve_target`, cached (the suite resolves the backend once per test)."""
     return resolve_target(backend, sglang=sglang, overrides=dict(overrides))

@@ -33,7 +33,8 @@ from rich.table import Table
 from ..config import HiCacheStorageConfig, make_config
 from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
-from ..plugin.raw_baseline import RawClient
+from ..plugin.backend import Backend
+from ..plugin.raw_baseline import RawClient, raw_baseline_for
 from ..registry import load_backend, resolve_backend
 
 __all__ = ["OpResult", "RawClient", "add_arguments", "main", "run_bench"]
@@ -185,9 +186,9 @@ def _count_ok(out: object, default: int) -> int:
     return default
 
 
-def raw_client_for(cls: type[HiCacheStorage], config: HiCacheStorageConfig) -> RawClient | None:
-    """The backend's raw client (:meth:`~hicache_storage.plugin.StoragePrimitives.raw_baseline`), or ``None``."""
-    return cls.raw_baseline(config)
+def raw_client_for(cls: type[Backend[Any]], config: HiCacheStorageConfig) -> RawClient | None:
+    """The backend's raw client (:func:`~hicache_storage.plugin.raw_baseline_for`), or ``None``."""
+    return raw_baseline_for(cls, config)
 
 
 def run_bench(

@@ -18,9 +18,8 @@ import torch
 from ..config import make_config
 from ..host_pool import HostKVPool
 from ..keys import page_hashes
-from ..pools import PoolHitPolicy, PoolName, PoolTransfer
+from ..pools import HostStatePool, PoolHitPolicy, PoolName, PoolTransfer
 from ..registry import load_backend
-from ..state_pool import HostStatePool
 
 __all__ = ["HybridDemoResult", "run_hybrid_demo"]
 

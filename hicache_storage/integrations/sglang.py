@@ -26,18 +26,14 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, fields, is_dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..config import HiCacheStorageConfig
 from ..contract import HiCacheStorage
-from ..errors import ConfigError, InvalidRequestError
-from ..page_buffers import pool_page_bytes
+from ..errors import ConfigError
 from ..pools import PoolName, PoolTransferResult, pool_name_str
 from ..registry import load_backend
 
@@ -54,9 +50,6 @@ LOADER_KEYS: dict[str, Any] = {
     "class_name": "SGLangBackend",
     "interface_v1": 1,
 }
-
-#: Per-batch samples kept between two ``get_stats()`` calls (older ones are dropped).
-_MAX_SAMPLES = 4096
 
 
 def _sglang_base() -> type[Any]:
@@ -172,26 +165,21 @@ def _missed(transfers: Sequence[Any]) -> dict[Any, list[bool]]:
     return results
 
 
-def _move_one(call: Callable[[list[Any], Any], Any], transfer: Any, extra_info: Any) -> dict[Any, list[bool]]:
-    return _checked_moves(call([transfer], extra_info), [transfer])
-
-
-def _checked_moves(results: Any, transfers: Sequence[Any]) -> dict[Any, list[bool]]:
-    """The backend's v2 answer, checked: a dict of bool lists (every pool of ``transfers`` present)."""
-    if not isinstance(results, dict):
-        raise TypeError(f"a v2 transfer returned {type(results).__name__}, not a dict of bool lists")
-    checked = {name: [flag is True for flag in flags] for name, flags in results.items()}
-    for name, flags in _missed(transfers).items():
-        checked.setdefault(name, flags)
-    return checked
+#: Counter prefix of the calls this adapter answered with a miss because they raised (``adapter_errors.<call>``).
+ERROR_COUNTER = "adapter_errors."
+#: Calls kept per operation between two ``get_stats()`` calls for SGLang's ``StorageMetrics``.
+_MAX_SAMPLES = 4096
 
 
 class SGLangBackend(_Base):
     """An SDK backend (chosen by ``extra_config["backend"]``) behind SGLang's storage interface.
 
     Built by SGLang as ``SGLangBackend(storage_config, kwargs)``; the host pool arrives later
-    through :meth:`register_mem_pool_host`. ``self.backend`` is the SDK backend, loaded through the
-    registry with the resilience policy of ``extra_config["resilience"]``.
+    through :meth:`register_mem_pool_host`. ``self.backend`` is the SDK's caller instance
+    (:class:`~hicache_storage.HiCacheStorage`), loaded through the registry with the resilience
+    policy of ``extra_config["resilience"]``. Backend faults are already misses there; what this
+    adapter adds is that nothing else raises into SGLang either (a malformed request, a bug):
+    such a call is counted in the same statistics (``adapter_errors.<call>``) and logged.
     """
 
     def __init__(self, storage_config: Any, kwargs: dict[str, Any] | None = None) -> None:
@@ -207,18 +195,9 @@ class SGLangBackend(_Base):
         self.backend_name = name
         self.backend: HiCacheStorage = load_backend(name, config)
         self.mem_pool_host: Any = None
-        self._page_bytes = 0
-        #: Bytes per page of each attached pool, by pool name (for v2 bandwidth samples).
-        self._pool_page_bytes: dict[str, int] = {}
         self._pools_registered = False
-        self._lock = threading.Lock()
-        self._errors: dict[str, int] = {}
-        self._last_error: str | None = None
-        self._metrics_enabled = bool(getattr(storage_config, "enable_storage_metrics", False))
-        self._samples: dict[str, deque[float]] = {
-            name: deque(maxlen=_MAX_SAMPLES)
-            for name in ("prefetch_pgs", "backup_pgs", "prefetch_bandwidth", "backup_bandwidth")
-        }
+        if getattr(storage_config, "enable_storage_metrics", False):
+            self.backend.stats.keep_samples(_MAX_SAMPLES)
 
     # ------------------------------------------------------------ guards
     def _guard(self, op: str, fallback: T, call: Callable[[], T]) -> T:
@@ -230,28 +209,19 @@ class SGLangBackend(_Base):
             return fallback
 
     def _count_error(self, op: str, error: BaseException) -> None:
-        with self._lock:
-            count = self._errors.get(op, 0) + 1
-            self._errors[op] = count
-            self._last_error = f"{op}: {type(error).__name__}: {error}"[:500]
+        stats = self.backend.stats
+        stats.bump(ERROR_COUNTER + op)
+        message = f"{op}: {type(error).__name__}: {error}"
+        stats.note(message)
+        count = int(stats.get(ERROR_COUNTER + op))
         if count & (count - 1) == 0:  # log the 1st, 2nd, 4th, 8th ... error of each call
-            logger.warning("hicache-storage %s failed (%d so far): %s", op, count, self._last_error)
-
-    def _record(self, direction: str, pages: int, nbytes: int, seconds: float) -> None:
-        if not self._metrics_enabled or pages == 0:
-            return
-        with self._lock:
-            self._samples[f"{direction}_pgs"].append(pages)
-            if seconds > 0:
-                self._samples[f"{direction}_bandwidth"].append(nbytes / seconds / 1e9)
+            logger.warning("hicache-storage %s failed (%d so far): %s", op, count, message[:500])
 
     # ------------------------------------------------------------ set-up
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Attach SGLang's host pool; a pool the backend cannot serve raises here, at start-up."""
         self.backend.register_mem_pool_host(mem_pool_host)
         self.mem_pool_host = mem_pool_host
-        self._page_bytes = pool_page_bytes(mem_pool_host)
-        self._note_pool_bytes()
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         """Attach a sidecar host pool (SGLang's ``PoolName`` or a str) of a hybrid model.
@@ -267,7 +237,6 @@ class SGLangBackend(_Base):
         else:
             op = "register_mem_host_pool_v2"
             self._guard(op, None, lambda: self.backend.register_mem_host_pool_v2(host_pool, host_pool_name))
-        self._note_pool_bytes()
 
     def on_host_pools_registered(self) -> None:
         """The pool set of SGLang's attach is complete; v2 calls are served from now on.
@@ -279,34 +248,18 @@ class SGLangBackend(_Base):
         self.backend.on_host_pools_registered()
         self._pools_registered = True
 
-    def _note_pool_bytes(self) -> None:
-        """Remember each attached pool's page size in bytes (for v2 bandwidth samples)."""
-        try:
-            registered = self.backend.registered_pools()
-            sizes = {name: self.backend.pool_keyspace(name).page_bytes for name in registered}
-        except Exception:  # a backend without the pool registry: KV only
-            sizes = {"kv": self._page_bytes}
-        with self._lock:
-            self._pool_page_bytes = sizes
-
     # ------------------------------------------------------------ zero-copy (v1)
     def batch_get_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> list[bool]:
         """Read pages into host-pool slots; one bool per key, never raises."""
-        begin = time.perf_counter()
-        result = self._guard(
+        return self._guard(
             "batch_get_v1", [False] * _count(keys), lambda: self.backend.batch_get_v1(keys, host_indices, extra_info)
         )
-        self._record("prefetch", len(result), sum(result) * self._page_bytes, time.perf_counter() - begin)
-        return result
 
     def batch_set_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> list[bool]:
         """Write pages from host-pool slots; one bool per key, never raises."""
-        begin = time.perf_counter()
-        result = self._guard(
+        return self._guard(
             "batch_set_v1", [False] * _count(keys), lambda: self.backend.batch_set_v1(keys, host_indices, extra_info)
         )
-        self._record("backup", len(result), sum(result) * self._page_bytes, time.perf_counter() - begin)
-        return result
 
     # ------------------------------------------------------------ generic (v0)
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Any:
@@ -315,15 +268,9 @@ class SGLangBackend(_Base):
 
     def batch_get(self, keys: list[str], target_locations: Any = None, target_sizes: Any = None) -> list[Any]:
         """Flat pages (``None`` per miss); all ``None`` on an error."""
-        begin = time.perf_counter()
-        result: list[Any] = self._guard(
-            "batch_get",
-            [None] * _count(keys),
-            lambda: self.backend.batch_get(keys, target_locations, target_sizes),
+        return self._guard(
+            "batch_get", [None] * _count(keys), lambda: self.backend.batch_get(keys, target_locations, target_sizes)
         )
-        hits = sum(item is not None for item in result)
-        self._record("prefetch", len(result), hits * self._page_bytes, time.perf_counter() - begin)
-        return result
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
         """Write one flat page; ``False`` on an error."""
@@ -333,10 +280,7 @@ class SGLangBackend(_Base):
         self, keys: list[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None
     ) -> bool:
         """Write flat pages; ``True`` only if all were stored."""
-        begin = time.perf_counter()
-        each = self._guard("batch_set", [False] * _count(keys), lambda: self.backend.batch_set_each(keys, values))
-        self._record("backup", len(each), sum(each) * self._page_bytes, time.perf_counter() - begin)
-        return all(each)
+        return all(self._guard("batch_set", [False] * _count(keys), lambda: self.backend.batch_set_each(keys, values)))
 
     # ------------------------------------------------------------ existence
     def exists(self, key: str) -> bool:
@@ -366,8 +310,6 @@ class SGLangBackend(_Base):
 
     def _engine_result(self, found: Any, result_type: type[Any]) -> Any:
         """``found`` (our :class:`PoolTransferResult`) as SGLang's, keyed by SGLang's pool names."""
-        if not isinstance(found, PoolTransferResult):
-            raise TypeError(f"batch_exists_v2 returned {type(found).__name__}, not a PoolTransferResult")
         engine_names, _ = _sglang_pool_types()
         kv_name = engine_names(PoolName.KV.value)
         hits: dict[Any, int] = {}
@@ -381,56 +323,34 @@ class SGLangBackend(_Base):
     def batch_get_v2(self, transfers: list[Any], extra_info: Any = None) -> dict[Any, list[bool]]:
         """Read each transfer's pages into its pool's host slots; one list of bools per transfer name.
 
-        Keyed by the ``name`` objects SGLang passed; never raises: an error is counted and each of
-        the transfer's pages is a miss (a malformed transfer fails alone, the others still move).
+        Keyed by the ``name`` objects SGLang passed; never raises: a malformed transfer fails alone
+        (each of its pages a miss, counted), the others still move.
         """
-        return self._move_v2("batch_get_v2", "prefetch", transfers, extra_info)
+        return self._move_v2("batch_get_v2", self.backend.batch_get_v2, transfers, extra_info)
 
     def batch_set_v2(self, transfers: list[Any], extra_info: Any = None) -> dict[Any, list[bool]]:
         """Write each transfer's pages from its pool's host slots; one list of bools per transfer name.
 
-        Keyed by the ``name`` objects SGLang passed; never raises: an error is counted and each of
-        the transfer's pages is ``False`` (a malformed transfer fails alone, the others still move).
+        Keyed by the ``name`` objects SGLang passed; never raises: a malformed transfer fails alone
+        (each of its pages ``False``, counted), the others still move.
         """
-        return self._move_v2("batch_set_v2", "backup", transfers, extra_info)
+        return self._move_v2("batch_set_v2", self.backend.batch_set_v2, transfers, extra_info)
 
-    def _move_v2(self, op: str, direction: str, transfers: Any, extra_info: Any) -> dict[Any, list[bool]]:
-        begin = time.perf_counter()
+    def _move_v2(
+        self, op: str, call: Callable[..., dict[Any, list[bool]]], transfers: Any, extra_info: Any
+    ) -> dict[Any, list[bool]]:
         try:
             items = list(transfers)
         except Exception as error:  # not a list of transfers: nothing to move, nothing to key
             self._count_error(op, error)
             return {}
-        call = getattr(self.backend, op)
-        try:
-            results = _checked_moves(call(items, extra_info), items)
-        except InvalidRequestError as error:
-            # The contract refuses a whole call with a malformed transfer before moving a byte
-            # (e.g. host indices that do not match the keys); SGLang's own backends fail that
-            # transfer alone, so the others are moved one by one.
-            if len(items) == 1:
-                self._count_error(op, error)
-                results = _missed(items)
-            else:
-                results = {}
-                for item in items:
-                    part = self._guard(op, _missed([item]), partial(_move_one, call, item, extra_info))
-                    for name, flags in part.items():
-                        results[name] = results.get(name, []) + flags
-        except Exception as error:
-            self._count_error(op, error)
-            results = _missed(items)
-        self._record_v2(direction, results, time.perf_counter() - begin)
+        results = self._guard(op, None, lambda: call(items, extra_info, strict=False))
+        missed = _missed(items)
+        if results is None:
+            return missed
+        for name, flags in missed.items():
+            results.setdefault(name, flags)
         return results
-
-    def _record_v2(self, direction: str, results: dict[Any, list[bool]], seconds: float) -> None:
-        if not self._metrics_enabled:
-            return
-        with self._lock:
-            sizes = dict(self._pool_page_bytes)
-        pages = sum(len(flags) for flags in results.values())
-        nbytes = sum(sum(flags) * sizes.get(pool_name_str(name), 0) for name, flags in results.items())
-        self._record(direction, pages, nbytes, seconds)
 
     # ------------------------------------------------------------ maintenance
     def clear(self) -> bool:
@@ -447,12 +367,8 @@ class SGLangBackend(_Base):
         self._guard("close", None, self.backend.close)
 
     def sdk_stats(self) -> dict[str, Any]:
-        """The SDK backend's ``get_stats()`` plus this adapter's error counters."""
-        empty: dict[str, Any] = {}
-        stats = self._guard("get_stats", empty, self.backend.get_stats)
-        with self._lock:
-            stats["adapter"] = {"errors": dict(self._errors), "last_error": self._last_error}
-        return stats
+        """The SDK backend's ``get_stats()`` (this adapter's error counters are among its ``counters``)."""
+        return self.backend.get_stats()
 
     def get_stats(self) -> Any:
         """SGLang's ``StorageMetrics`` (per-batch page counts and GB/s since the last call).
@@ -465,10 +381,12 @@ class SGLangBackend(_Base):
         if metrics_cls is None:
             return self.sdk_stats() if not sglang_available() else None
         metrics = metrics_cls()
-        with self._lock:
-            for name, samples in self._samples.items():
-                getattr(metrics, name).extend(samples)
-                samples.clear()
+        stats = self.backend.stats
+        for op, direction in (("get", "prefetch"), ("set", "backup")):
+            for pages, nbytes, seconds in stats.drain_samples(op):
+                getattr(metrics, f"{direction}_pgs").append(pages)
+                if seconds > 0:
+                    getattr(metrics, f"{direction}_bandwidth").append(nbytes / seconds / 1e9)
         metrics.hicache_storage = self.sdk_stats()
         return metrics
 

@@ -1,19 +1,61 @@
-"""The face for plugin authors: the primitives' base, page records, vectored I/O, lookahead, raw baselines.
+"""The face for backend authors: everything a backend needs, and nothing of the caller's API.
 
-A backend subclasses :class:`hicache_storage.HiCacheStorage` (the caller API over
-:class:`StoragePrimitives`) and implements the primitives; the helpers here are optional:
+A backend implements :class:`Backend` (``write_pages``, ``read_pages``, ``pages_exist`` and the
+optional primitives) and is built from a :class:`BackendSetup`. Beside it:
 
-- :mod:`~hicache_storage.plugin.page_format`: self-checking page records bound to their storage key;
-- :mod:`~hicache_storage.plugin.vectored_io`: ``pwritev``/``preadv`` of page segments;
-- :mod:`~hicache_storage.plugin.lookahead`: work on later pages while earlier ones are sent;
-- :mod:`~hicache_storage.plugin.raw_baseline`: the raw client benchmarks compare a backend with;
-- :func:`secret_option`: an option whose value never appears in an error, a log line or a repr.
+- pages and calls: :class:`BatchContext`, :data:`PageBuffers`, :class:`KeySpace`, :class:`HostPool`;
+- what it declares: :class:`Capabilities`, options helpers (:func:`secret_option`,
+  :func:`resolve_directory`, :class:`NoOptions`), :class:`RawBaseline` for benchmarks;
+- listings: :class:`StoredPage`, :func:`page_after`, :func:`keyspace_prefix_of`;
+- deadlines of the running call: :func:`current_deadline`, :func:`time_left`, :func:`deadline_scope`;
+- errors: :class:`BackendFault`, :class:`ConfigError`, :class:`InvalidRequestError`, :class:`UnsupportedOperation`;
+- submodules: :mod:`.page_format` (self-checking page records), :mod:`.vectored_io`
+  (``pwritev``/``preadv`` of page segments), :mod:`.lookahead` (work ahead while pages are sent).
 """
 
 from __future__ import annotations
 
-from ..options import secret_option
-from .primitives import API_VERSION, StoragePrimitives, UnsupportedOperation
-from .raw_baseline import RawBaseline, RawClient
+from ..capabilities import Capabilities
+from ..errors import BackendFault, ConfigError, InvalidRequestError, UnsupportedOperation
+from ..keys import KeySpace
+from ..listing import StoredPage, keyspace_prefix_of, page_after
+from ..options import SECRET, NoOptions, resolve_directory, secret_option, secret_option_names
+from ..page_buffers import PageBuffers, page_nbytes
+from ..pools.context import KV_POOL, BatchContext
+from ..pools.host import HostPool
+from ..resilience import current_deadline, deadline_scope, time_left
+from .backend import API_VERSION, Backend, BackendSetup, Counters, OptionsT
+from .raw_baseline import RawBaseline, RawClient, raw_baseline_for
 
-__all__ = ["API_VERSION", "RawBaseline", "RawClient", "StoragePrimitives", "UnsupportedOperation", "secret_option"]
+__all__ = [
+    "API_VERSION",
+    "KV_POOL",
+    "SECRET",
+    "Backend",
+    "BackendFault",
+    "BackendSetup",
+    "BatchContext",
+    "Capabilities",
+    "ConfigError",
+    "Counters",
+    "HostPool",
+    "InvalidRequestError",
+    "KeySpace",
+    "NoOptions",
+    "OptionsT",
+    "PageBuffers",
+    "RawBaseline",
+    "RawClient",
+    "StoredPage",
+    "UnsupportedOperation",
+    "current_deadline",
+    "deadline_scope",
+    "keyspace_prefix_of",
+    "page_after",
+    "page_nbytes",
+    "raw_baseline_for",
+    "resolve_directory",
+    "secret_option",
+    "secret_option_names",
+    "time_left",
+]

@@ -9,9 +9,15 @@ space, no validation and no page format; ``hicache-storage bench`` times the two
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["RawBaseline", "RawClient"]
+from ..config import HiCacheStorageConfig
+from ..settings import StorageSettings
+
+if TYPE_CHECKING:
+    from .backend import Backend
+
+__all__ = ["RawBaseline", "RawClient", "raw_baseline_for"]
 
 
 class RawClient(Protocol):
@@ -41,3 +47,15 @@ class RawBaseline(RawClient, Protocol):
     def from_options(cls, options: Any, timeout_s: float) -> RawClient:
         """The client for ``options`` (the backend's parsed ``Options``) with I/O timeout ``timeout_s``."""
         ...
+
+
+def raw_baseline_for(backend: type[Backend[Any]], config: HiCacheStorageConfig) -> RawClient | None:
+    """The raw client of ``backend`` for ``config`` (options parsed as an instance's would be), or ``None``.
+
+    Bad options raise :class:`~hicache_storage.ConfigError`; the client's timeout is the backend's I/O timeout.
+    """
+    if backend.raw_baseline_class is None:
+        return None
+    settings = StorageSettings.from_config(config)
+    options = settings.backend_options(backend.Options)
+    return backend.raw_baseline_class.from_options(options, settings.io_timeout_s)

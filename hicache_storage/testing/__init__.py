@@ -24,18 +24,21 @@ import hashlib
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..batch_context import BatchContext
 from ..config import make_config
 from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
 from ..keys import KeySpace
-from ..state_pool import HostStatePool
+from ..layers.stack import LayerFactory
+from ..plugin.backend import Backend
+from ..pools import BatchContext, HostStatePool, pool_facts, pool_name_str
+from ..pools.buffers import pool_page_buffers
+from ..registry import load_backend
 from .services import TestServices, s3_client
 
 __all__ = [
@@ -47,6 +50,9 @@ __all__ = [
     "make_hybrid_pools",
     "make_state_pool",
     "plain_context",
+    "pool_facts",
+    "pool_name_str",
+    "pool_page_buffers",
     "TestServices",
     "close_backends",
     "make_backend",
@@ -68,8 +74,6 @@ FAST_RESILIENCE: dict[str, float] = {
     "backoff_max_s": 0.01,
     "breaker_reset_s": 0.05,
 }
-
-B = TypeVar("B", bound=HiCacheStorage)
 
 
 # --------------------------------------------------------------------------- pools and pages
@@ -171,12 +175,18 @@ def random_keys(count: int, salt: str | None = None) -> list[str]:
 
 # --------------------------------------------------------------------------- backends
 def make_backend(
-    cls: Callable[[Any], B], extra_config: Mapping[str, Any], pool: HostKVPool | None = None, *, model: str = "m"
-) -> B:
-    """``cls`` built from ``make_config(model, extra_config=...)`` with ``pool`` (else :func:`make_pool`) registered."""
-    backend = cls(make_config(model, extra_config=dict(extra_config)))
-    backend.register_mem_pool_host(pool if pool is not None else make_pool())
-    return backend
+    backend: type[Backend[Any]] | str,
+    extra_config: Mapping[str, Any],
+    pool: HostKVPool | None = None,
+    *,
+    model: str = "m",
+    layers: Sequence[LayerFactory] = (),
+) -> HiCacheStorage:
+    """Storage over ``backend`` (a class or registered name) built from ``make_config(model, extra_config=...)``,
+    with ``pool`` (else :func:`make_pool`) registered."""
+    storage = load_backend(backend, make_config(model, extra_config=dict(extra_config)), layers=layers)
+    storage.register_mem_pool_host(pool if pool is not None else make_pool())
+    return storage
 
 
 def close_backends(backends: Iterable[HiCacheStorage]) -> None:

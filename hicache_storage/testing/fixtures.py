@@ -7,7 +7,7 @@ Plain Python (no pytest import), so a ``conftest.py`` wraps them in fixtures of 
     SERVICES = checkout_services(__file__)          # scripts/services of the enclosing checkout
 
     @pytest.fixture
-    def open_backend() -> Iterator[BackendFactory[MyBackend]]:
+    def open_backend() -> Iterator[BackendFactory]:
         factory = BackendFactory(MyBackend, lambda: {"url": SERVICES.settings()["HICACHE_TEST_MY_URL"]})
         yield factory                               # open_backend(options, pool=None, model="m")
         factory.close()                             # every backend opened: cleared and closed
@@ -16,12 +16,13 @@ Plain Python (no pytest import), so a ``conftest.py`` wraps them in fixtures of 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
+from ..plugin.backend import Backend
 from ..plugin.page_format import HEADER_SIZE
 from . import close_backends, make_backend, page_indices, random_keys
 from .services import TestServices
@@ -34,8 +35,6 @@ __all__ = [
     "damage_record",
     "fresh_s3_bucket",
 ]
-
-B = TypeVar("B", bound=HiCacheStorage)
 
 #: The kinds of damage :func:`damage_record` does (parametrize a test over them).
 DAMAGES = ("flip", "truncate", "garbage")
@@ -62,21 +61,25 @@ def fresh_s3_bucket(services: TestServices, settings: Mapping[str, str], prefix:
     return name
 
 
-class BackendFactory(Generic[B]):
-    """Opens backends of ``cls``, each with :func:`~hicache_storage.testing.make_backend`; :meth:`close` ends them.
+class BackendFactory:
+    """Opens storage over ``cls``, each with :func:`~hicache_storage.testing.make_backend`; :meth:`close` ends them.
 
     ``base`` gives the options every backend starts from (a mapping, or a callable called for each
     backend, e.g. to draw a fresh key prefix); the options of a call are laid over them.
     """
 
     def __init__(
-        self, cls: Callable[[Any], B], base: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
+        self,
+        cls: type[Backend[Any]] | str,
+        base: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self.cls = cls
         self._base = base
-        self.opened: list[B] = []
+        self.opened: list[HiCacheStorage] = []
 
-    def __call__(self, options: Mapping[str, Any] | None = None, pool: HostKVPool | None = None, model: str = "m") -> B:
+    def __call__(
+        self, options: Mapping[str, Any] | None = None, pool: HostKVPool | None = None, model: str = "m"
+    ) -> HiCacheStorage:
         base = self._base() if callable(self._base) else (self._base or {})
         backend = make_backend(self.cls, {**base, **(options or {})}, pool, model=model)
         self.opened.append(backend)
@@ -106,16 +109,18 @@ def damage_record(record: bytes, damage: str) -> bytes:
     return bytes(data)
 
 
-def check_damaged_page_is_a_counted_miss(backend: Any, damage: str) -> None:
-    """Store 2 pages, damage the first one's record through ``backend.raw_store()``, check the reads.
+def check_damaged_page_is_a_counted_miss(
+    backend: HiCacheStorage, store: MutableMapping[str, bytes], damage: str
+) -> None:
+    """Store 2 pages, damage the first one's record through ``store`` (storage key → record bytes), check the reads.
 
     The damaged page must read as a miss counted once in ``integrity_failures`` and the other as a
     hit; a truncated record must not be reported by ``exists`` either. Needs a registered pool of at
-    least 6 pages and a backend with a ``raw_store()`` mapping (storage key → record bytes).
+    least 6 pages.
     """
     keys = random_keys(2)
     assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
-    store = backend.raw_store()
+    assert backend.keyspace is not None
     storage_key = backend.keyspace.storage_key(keys[0])
     store[storage_key] = damage_record(store[storage_key], damage)
     assert backend.batch_get_v1(keys, page_indices(4, 2)) == [False, True]

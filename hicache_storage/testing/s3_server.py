@@ -31,6 +31,7 @@ import torch
 from ..config import make_config
 from ..contract import HiCacheStorage
 from ..errors import ConfigError
+from ..plugin.backend import Backend
 from . import PAGE_SIZE, make_backend, make_pool, page_bytes, page_indices, random_keys
 
 __all__ = [
@@ -223,7 +224,7 @@ class S3CredentialChecks:
     """
 
     #: The backend under test.
-    backend_class: ClassVar[type[HiCacheStorage]]
+    backend_class: ClassVar[type[Backend[Any]]]
     #: What ``ConfigError.option`` names when the server refuses the credentials.
     credential_option: ClassVar[str]
 
@@ -273,7 +274,7 @@ class S3CredentialChecks:
         caplog.set_level(logging.DEBUG)
         key = refused_key(server, case)
         with pytest.raises(ConfigError) as caught:
-            self.backend_class(make_config("m", extra_config=self.options(server, key)))
+            HiCacheStorage(self.backend_class, make_config("m", extra_config=self.options(server, key)))
         error = caught.value
         assert error.option == self.credential_option
         assert repr(server.bucket) in str(error)
@@ -288,7 +289,7 @@ class S3CredentialChecks:
         monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         with pytest.raises(ConfigError) as caught:
-            self.backend_class(make_config("m", extra_config=self.options(server, None)))
+            HiCacheStorage(self.backend_class, make_config("m", extra_config=self.options(server, None)))
         assert caught.value.option == self.credential_option
         assert repr(server.bucket) in str(caught.value) and "credentials" in str(caught.value)
 

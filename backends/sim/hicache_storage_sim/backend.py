@@ -13,24 +13,33 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig
-from hicache_storage.batch_context import BatchContext
-from hicache_storage.listing import StoredPage, page_after
+from hicache_storage.plugin import (
+    Backend,
+    BackendFault,
+    BackendSetup,
+    BatchContext,
+    Capabilities,
+    PageBuffers,
+    StoredPage,
+    page_after,
+)
 from hicache_storage.plugin.page_format import HEADER_SIZE, record_codec
 
 from .cost import CostModel
 from .faults import FaultInjector
 from .options import SimOptions
-from .store import RawStore, SimStore, drop_store, open_store
+from .store import SimStore, drop_store, open_store
 
 __all__ = ["SimBackend"]
 
 
-class SimBackend(HiCacheStorage[SimOptions]):
+class SimBackend(Backend[SimOptions]):
     """Simulated storage (see :class:`SimOptions`). Thread-safe.
 
     Capabilities follow the options: ``persistent``/``shared`` with a named ``store``,
     ``may_evict`` with ``capacity_bytes``, ``verifies_integrity`` unless ``keys_only``.
+    ``store`` is the :class:`~hicache_storage_sim.store.SimStore` it serves (shared by every
+    instance of a named store; ``store.available = False`` makes every primitive fail).
     """
 
     Options = SimOptions
@@ -42,14 +51,14 @@ class SimBackend(HiCacheStorage[SimOptions]):
         supports_list=True,
     )
 
-    def __init__(self, config: HiCacheStorageConfig) -> None:
-        super().__init__(config)
-        options = self.options
+    def __init__(self, setup: BackendSetup[SimOptions]) -> None:
+        options = setup.options
+        self.counters = setup.counters
         self.cost = CostModel.from_options(options)
         self._sleep = options.sleep
         self._keys_only = options.keys_only
         self._codec = record_codec(options)
-        self._store: SimStore = open_store(options.store, options.capacity_bytes, options.keys_only)
+        self.store: SimStore = open_store(options.store, options.capacity_bytes, options.keys_only)
         self._faults = FaultInjector(
             {"get": options.fail_get_rate, "set": options.fail_set_rate, "exists": options.fail_exists_rate},
             options.fault_seed,
@@ -70,22 +79,11 @@ class SimBackend(HiCacheStorage[SimOptions]):
             verifies_integrity=not options.keys_only,
         )
 
-    # ------------------------------------------------------------ side channels
-    def raw_store(self) -> RawStore:
-        """Mapping of storage key → stored record (header + payload) for inspecting or damaging pages."""
-        return RawStore(self._store)
-
-    def set_available(self, available: bool) -> None:
-        """Simulate the store going away (``False``: every primitive raises BackendFault) or coming back.
-
-        Applies to the store, so every instance sharing a named store sees the outage.
-        """
-        self._store.available = bool(available)
-
+    # ------------------------------------------------------------ state
     @property
     def used_bytes(self) -> int:
         """Payload bytes in the store (what ``capacity_bytes`` limits)."""
-        return self._store.used_bytes
+        return self.store.used_bytes
 
     @staticmethod
     def drop_store(name: str) -> None:
@@ -97,16 +95,16 @@ class SimBackend(HiCacheStorage[SimOptions]):
         seconds = self.cost.seconds(op, nbytes)
         with self._lock:
             self.last_call_seconds = seconds
-        self.stats.bump("modelled_seconds", seconds)
-        self.stats.bump(f"modelled_{op}_seconds", seconds)
+        self.counters.bump("modelled_seconds", seconds)
+        self.counters.bump(f"modelled_{op}_seconds", seconds)
         if self._sleep:
             time.sleep(seconds)
 
     def _enter(self, op: str, metadata: bool = False) -> None:
         """Fail the call the way a real backend would, charging its latency (metadata calls: only when unavailable)."""
         try:
-            if not self._store.available:
-                raise BackendFault(f"sim store {self._store.name or '(private)'} is unavailable")
+            if not self.store.available:
+                raise BackendFault(f"sim store {self.store.name or '(private)'} is unavailable")
             if not metadata:
                 self._faults.check(op)
         except BackendFault:
@@ -114,7 +112,7 @@ class SimBackend(HiCacheStorage[SimOptions]):
             raise
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         metadata = context.record_bytes is not None  # a key-space manifest: no modelled cost, no injected fault
         self._enter("set", metadata)
         results = []
@@ -122,23 +120,23 @@ class SimBackend(HiCacheStorage[SimOptions]):
         for key, page in zip(keys, pages, strict=True):
             size = sum(segment.nbytes for segment in page)
             record = b"" if self._keys_only else self._codec.record(key, page)
-            stored, dropped = self._store.put(key, record, size)
+            stored, dropped = self.store.put(key, record, size)
             evicted += dropped
             moved += size if stored else 0
             results.append(stored)
         if evicted:
-            self.stats.bump("evictions", evicted)
+            self.counters.bump("evictions", evicted)
         if not metadata:
             self._charge("set", moved)
         return results
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         metadata = context.record_bytes is not None
         self._enter("get", metadata)
         results = []
         moved = 0
         for key, page in zip(keys, pages, strict=True):
-            record = self._store.get(key)
+            record = self.store.get(key)
             if record is None:
                 hit = False
             elif self._keys_only:
@@ -148,7 +146,7 @@ class SimBackend(HiCacheStorage[SimOptions]):
             else:
                 hit = self._codec.decode_into(record, key, page)
                 if not hit:
-                    self.stats.bump("integrity_failures")
+                    self.counters.bump("integrity_failures")
             if hit:
                 moved += sum(segment.nbytes for segment in page)
             results.append(hit)
@@ -161,7 +159,7 @@ class SimBackend(HiCacheStorage[SimOptions]):
         want = None if self._keys_only else HEADER_SIZE + context.page_bytes
         results = []
         for key in keys:
-            record = self._store.peek(key)
+            record = self.store.peek(key)
             results.append(record is not None and (want is None or len(record) == want))
         self._charge("exists", 0)
         return results
@@ -169,24 +167,24 @@ class SimBackend(HiCacheStorage[SimOptions]):
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         self._enter("delete")
         for key in keys:
-            self._store.delete(key)
+            self.store.delete(key)
         self._charge("delete", 0)
         return [True] * len(keys)
 
     def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
         """Stored records in key order (sizes from the records; no write times)."""
         self._enter("list")
-        stored = ((key, self._store.peek(key)) for key in self._store.keys())  # noqa: SIM118 (a method, not a dict)
+        stored = ((key, self.store.peek(key)) for key in self.store.keys())  # noqa: SIM118 (a method, not a dict)
         records = [StoredPage(key, len(record)) for key, record in stored if record is not None]
         return page_after(records, prefix, cursor, limit)
 
     def clear_pages(self, prefixes: Sequence[str] | None) -> None:
         self._enter("clear")
         if prefixes is None:
-            self._store.clear()
+            self.store.clear()
         else:
             starts = tuple(prefixes)
-            for key in self._store.keys():  # noqa: SIM118 (a method, not a dict)
+            for key in self.store.keys():  # noqa: SIM118 (a method, not a dict)
                 if key.startswith(starts):
-                    self._store.delete(key)
+                    self.store.delete(key)
         self._charge("clear", 0)

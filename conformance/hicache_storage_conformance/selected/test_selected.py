@@ -14,10 +14,10 @@ import pytest
 
 from hicache_storage import ConfigError
 from hicache_storage_conformance.base import MIXINS, ConformanceBase, _resolve
-from hicache_storage_conformance.hooks import ConformanceTarget, find_target
+from hicache_storage_conformance.hooks import ConformanceHooks, find_hooks
 from hicache_storage_conformance.selection import ENV_BACKEND, Selection, current
 from hicache_storage_conformance.skips import SkipPolicy
-from hicache_storage_conformance.target import Target
+from hicache_storage_conformance.target import BackendUnderTest
 
 
 def _selection() -> Selection:
@@ -31,14 +31,14 @@ def _selection() -> Selection:
 
 
 @lru_cache(maxsize=16)
-def _hooks(backend: str, target: str | None) -> ConformanceTarget:
-    return find_target(backend, target)[0]
+def _hooks(backend: str, explicit: str | None) -> ConformanceHooks:
+    return find_hooks(backend, explicit)[0]
 
 
 class _Selected(ConformanceBase):
     """The selected backend, its options, hooks and skip policy."""
 
-    def resolve_target(self) -> Target:
+    def resolve_target(self) -> BackendUnderTest:
         selection = _selection()
         type(self).max_examples = selection.max_examples
         try:
@@ -52,9 +52,9 @@ class _Selected(ConformanceBase):
     def skip_policy(self) -> SkipPolicy | None:
         return _selection().policy
 
-    def target_hooks(self) -> ConformanceTarget:
+    def target_hooks(self) -> ConformanceHooks:
         selection = _selection()
-        return _hooks(selection.backend, selection.target)
+        return _hooks(selection.backend, selection.hooks)
 
 
 def _class_name(category: str) -> str:

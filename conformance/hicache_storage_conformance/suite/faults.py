@@ -4,7 +4,7 @@ Two halves. The suite injects faults into any SDK backend itself, through its pr
 (:mod:`~hicache_storage_conformance.faultkit`): a primitive that raises, hangs past the call's
 deadline or answers garbage, and page buffers the backend cannot use, so a backend that swallows
 its own errors and answers ``True`` is caught with no hook at all. With a fault hook
-(``stop_server``/``start_server``, or ``set_available`` on the backend) the real store goes away
+(``stop_server``/``start_server`` of the backend's conformance hooks) the real store goes away
 and comes back too.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ..checks import Mismatch, check, check_equal, describe_page, short_key, summarize
-from ..faultkit import FAULT_MODES, FAULT_RESILIENCE, fault_wrapper, interpose, poison_read, poison_write
+from ..faultkit import FAULT_MODES, FAULT_RESILIENCE, fault_wrapper, poison_read, poison_write
 from ..harness import Handle, Harness
 from ..pages import host_indices, tensor_of, write_slot
 
@@ -111,7 +111,7 @@ class FaultTests:
         when = f"while every primitive {mode.replace('_', ' ')}"
         with ExitStack() as stack:
             for primitive in PRIMITIVES:
-                stack.enter_context(interpose(backend, primitive, fault_wrapper(mode, primitive)))
+                stack.enter_context(handle.interpose(primitive, fault_wrapper(mode, primitive)))
             for name, call, expected in calls:
                 before = _fault_count(backend)
                 _call(name, call, expected, limit, when)
@@ -135,7 +135,7 @@ class FaultTests:
         for path in paths:
             keys = harness.keys(3)
             doomed = {handle.storage_key(keys[1])}
-            with interpose(handle.backend, "write_pages", poison_write(doomed)):
+            with handle.interpose("write_pages", poison_write(doomed)):
                 done = handle.set_v1(keys, versions=1) if path == "batch_set_v1" else [handle.set_v0(keys, 1)] * 3
             got = handle.fetch(keys)
             seen = handle.exists_each(keys)
@@ -164,7 +164,7 @@ class FaultTests:
         if harness.target.has_v1:
             reads.insert(0, ("batch_get_v1", lambda: handle.get_v1(keys)))
         for path, read in reads:
-            with interpose(handle.backend, "read_pages", poison_read(doomed)):
+            with handle.interpose("read_pages", poison_read(doomed)):
                 got = read()
             for index, data in enumerate(got):
                 if data is not None and data != handle.content(keys[index], 2):

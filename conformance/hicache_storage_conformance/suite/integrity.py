@@ -7,7 +7,7 @@ from typing import Any
 
 from ..checks import check, check_equal, describe_page
 from ..harness import Handle, Harness
-from ..side_channel import SideChannelUnavailable
+from ..hooks import SideChannelUnavailable
 
 RULE = "a page that fails its integrity check (wrong length, checksum mismatch, gone) reads as a miss"
 
@@ -15,16 +15,16 @@ RULE = "a page that fails its integrity check (wrong length, checksum mismatch, 
 def _damage(harness: Harness, handle: Handle, key: str, how: Callable[[Any, str], None]) -> None:
     storage_key = handle.storage_key(key)
     try:
-        stored = harness.hooks.read_stored(handle.backend, storage_key)
+        stored = harness.hooks.read_stored(handle.implementation, storage_key)
     except SideChannelUnavailable as exc:
         harness.skip_no_side_channel(exc)
     check(
         stored is not None,
         f"the side channel's read_stored({storage_key!r}) after a successful write",
         "the stored bytes",
-        "None (nothing stored under the storage key: does the hook use backend.keyspace.storage_key(key)?)",
+        "None (nothing stored under the storage key the caller API maps the page hash to)",
     )
-    how(handle.backend, storage_key)
+    how(handle.implementation, storage_key)
 
 
 def _check_neighbours(harness: Harness, handle: Handle, damaged: str, what: str) -> None:

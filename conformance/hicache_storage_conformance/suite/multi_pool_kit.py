@@ -7,13 +7,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from hicache_storage import BackendFault, InvalidRequestError, PoolTransfer
-from hicache_storage.state_pool import HostStatePool
+from hicache_storage import BackendFault, HostStatePool, InvalidRequestError, PoolTransfer
 from hicache_storage.testing import make_pool as kit_pool
 
 from ..checks import Mismatch, check, check_equal, describe_page
+from ..hooks import SideChannelUnavailable
 from ..hybrid import POOL_SLOTS, HybridHandle, Verdict
-from ..side_channel import SideChannelUnavailable
 from .faults import CALL_LIMIT_S, RECOVERY_S
 
 __all__ = [

@@ -18,7 +18,6 @@ import numpy as np
 
 from .. import skips
 from ..checks import SENTINEL, check, check_equal
-from ..faultkit import interpose
 from ..harness import Handle, Harness
 from ..pages import PoolSpec, host_indices, read_slot, write_slot
 
@@ -54,7 +53,7 @@ def _address(segment: memoryview) -> int | None:
 
 
 @contextlib.contextmanager
-def _recording(backend: Any, seen: list[tuple[str, int | None, int]]) -> Iterator[None]:
+def _recording(handle: Handle, seen: list[tuple[str, int | None, int]]) -> Iterator[None]:
     """Record (primitive, address, size) of every page segment the data primitives receive (pages of a
     pool, not the SDK's own metadata records such as key-space manifests)."""
 
@@ -67,8 +66,8 @@ def _recording(backend: Any, seen: list[tuple[str, int | None, int]]) -> Iterato
         return wrapper
 
     with (
-        interpose(backend, "write_pages", recorder("write_pages")),
-        interpose(backend, "read_pages", recorder("read_pages")),
+        handle.interpose("write_pages", recorder("write_pages")),
+        handle.interpose("read_pages", recorder("read_pages")),
     ):
         yield
 
@@ -105,7 +104,7 @@ class ZeroCopyTests:
         high = low + int(buffer.numel()) * int(buffer.element_size())
         keys = harness.keys(PAGES)
         seen: list[tuple[str, int | None, int]] = []
-        with _recording(handle.backend, seen):
+        with _recording(handle, seen):
             self._stored_or_skip(
                 harness, handle, handle.set_v1(keys, 1, slots=range(PAGES)), f"batch_set_v1 of {PAGES}"
             )

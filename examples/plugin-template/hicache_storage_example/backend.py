@@ -1,18 +1,18 @@
-"""An in-memory backend written against the three primitives of :class:`hicache_storage.HiCacheStorage`.
+"""An in-memory backend: the three primitives of :class:`hicache_storage.plugin.Backend`.
 
-The base class validates requests, maps page hashes to storage keys, splits batches, turns
-exceptions into misses and keeps statistics; this class only stores and fetches bytes. Its
-test-only hooks (reaching the stored records, making the store fail) live in ``conformance.py``.
+The SDK validates requests, maps page hashes to storage keys, splits batches, turns exceptions
+into misses and keeps statistics; this class only stores and fetches bytes. Its test-only hooks
+(reaching the stored records, making the store fail) live in ``conformance.py``.
 ``ExampleRawClient`` is the raw baseline ``hicache-storage bench`` times the backend against.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 
-from hicache_storage import BatchContext, Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, PageBuffers
+from hicache_storage.plugin import Backend, BackendSetup, BatchContext, Capabilities, ConfigError, PageBuffers
 from hicache_storage.plugin.page_format import decode_into, encode_record
 
 __all__ = ["ExampleBackend", "ExampleOptions", "ExampleRawClient"]
@@ -73,16 +73,16 @@ class ExampleRawClient:
         self._values.clear()
 
 
-class ExampleBackend(HiCacheStorage[ExampleOptions]):
+class ExampleBackend(Backend[ExampleOptions]):
     """Stores each page as a checksummed record in a dict, so a damaged page reads as a miss."""
 
     capabilities = Capabilities(supports_delete=True, supports_clear=True, verifies_integrity=True)
-    Options = ExampleOptions  # ``self.options`` is an ExampleOptions, parsed from extra_config
+    Options = ExampleOptions  # ``setup.options`` is an ExampleOptions, parsed from extra_config
     raw_baseline_class = ExampleRawClient
 
-    def __init__(self, config: HiCacheStorageConfig) -> None:
-        super().__init__(config)
-        self._records: dict[str, bytes] = {}
+    def __init__(self, setup: BackendSetup[ExampleOptions]) -> None:
+        self.max_pages = setup.options.max_pages
+        self.records: MutableMapping[str, bytes] = {}
         self._lock = threading.Lock()
 
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
@@ -90,9 +90,9 @@ class ExampleBackend(HiCacheStorage[ExampleOptions]):
         for key, page in zip(keys, pages):
             record = encode_record(page)  # header + payload, built before the page becomes visible
             with self._lock:
-                full = 0 < self.options.max_pages <= len(self._records) and key not in self._records
+                full = 0 < self.max_pages <= len(self.records) and key not in self.records
                 if not full:
-                    self._records[key] = record
+                    self.records[key] = record
             results.append(not full)
         return results
 
@@ -100,24 +100,24 @@ class ExampleBackend(HiCacheStorage[ExampleOptions]):
         results = []
         for key, page in zip(keys, pages):
             with self._lock:
-                record = self._records.get(key)
+                record = self.records.get(key)
             results.append(record is not None and decode_into(record, page))
         return results
 
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         with self._lock:
-            return [key in self._records for key in keys]
+            return [key in self.records for key in keys]
 
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         with self._lock:
             for key in keys:
-                self._records.pop(key, None)
+                self.records.pop(key, None)
         return [True] * len(keys)
 
     def clear_pages(self, prefixes: Sequence[str] | None) -> None:
         with self._lock:
             if prefixes is None:
-                self._records.clear()
+                self.records.clear()
                 return
-            for key in [key for key in self._records if key.startswith(tuple(prefixes))]:
-                del self._records[key]
+            for key in [key for key in self.records if key.startswith(tuple(prefixes))]:
+                del self.records[key]

@@ -1,8 +1,8 @@
 """Test-only hooks of the backend for the conformance suite, kept out of the backend class.
 
-Registered in the entry-point group ``hicache_storage.conformance_targets`` under the backend's
-name, so ``hicache-storage conformance example`` finds them; the test class names them too. The
-suite calls each hook with the backend instance under test:
+Registered in the entry-point group ``hicache_storage.conformance_hooks`` under the backend's
+name, so ``hicache-storage conformance example`` finds them. The suite calls each hook with the
+backend instance under test:
 
 - ``raw_store(backend)``: the stored records by storage key, as a mutable mapping (the suite
   truncates, corrupts and removes records through it, and checks they read as misses);
@@ -16,13 +16,14 @@ A backend over a real service implements the same methods with its own client: a
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+
+from .backend import ExampleBackend
 
 
 class _Unreachable(MutableMapping[str, bytes]):
     """A store that refuses every call, as a server that went away would."""
 
-    def __init__(self, inner: dict[str, bytes]) -> None:
+    def __init__(self, inner: MutableMapping[str, bytes]) -> None:
         self.inner = inner
 
     def _refuse(self) -> ConnectionError:
@@ -47,17 +48,16 @@ class _Unreachable(MutableMapping[str, bytes]):
         raise self._refuse()
 
 
-class ExampleTarget:
+class ExampleHooks:
     """The hooks for ``ExampleBackend`` (any class with these method names works; no base class needed)."""
 
-    def raw_store(self, backend: Any) -> MutableMapping[str, bytes]:
-        records: MutableMapping[str, bytes] = backend._records
-        return records
+    def raw_store(self, backend: ExampleBackend) -> MutableMapping[str, bytes]:
+        return backend.records
 
-    def stop_server(self, backend: Any) -> None:
-        if not isinstance(backend._records, _Unreachable):
-            backend._records = _Unreachable(backend._records)
+    def stop_server(self, backend: ExampleBackend) -> None:
+        if not isinstance(backend.records, _Unreachable):
+            backend.records = _Unreachable(backend.records)
 
-    def start_server(self, backend: Any) -> None:
-        if isinstance(backend._records, _Unreachable):
-            backend._records = backend._records.inner
+    def start_server(self, backend: ExampleBackend) -> None:
+        if isinstance(backend.records, _Unreachable):
+            backend.records = backend.records.inner

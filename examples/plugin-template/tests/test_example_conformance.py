@@ -9,9 +9,9 @@ import pytest
 import torch
 from hicache_storage_conformance import BackendConformance
 from hicache_storage_example import ExampleBackend
-from hicache_storage_example.conformance import ExampleTarget
+from hicache_storage_example.conformance import ExampleHooks
 
-from hicache_storage import ConfigError, HostKVPool, make_config
+from hicache_storage import ConfigError, HostKVPool, load_backend, make_config
 
 
 class TestExampleConformance(BackendConformance):
@@ -19,7 +19,7 @@ class TestExampleConformance(BackendConformance):
 
     backend = ExampleBackend  # once installed, the entry-point name "example" works as well
     config: ClassVar[dict[str, Any]] = {"max_pages": 0}
-    conformance_target = ExampleTarget  # the test-only hooks (found by entry point when installed)
+    hooks = ExampleHooks  # the test-only hooks (found by entry point when installed)
     profile = "strict"  # a skip for a missing hook fails: every promise made is checked
 
 
@@ -31,11 +31,11 @@ def test_entry_point_names_the_class() -> None:
 
 
 def test_max_pages_limits_writes() -> None:
-    backend = ExampleBackend(make_config(extra_config={"max_pages": 2}))
-    backend.register_mem_pool_host(HostKVPool(num_pages=4, page_size=2, layer_num=1, head_num=1, head_dim=4))
-    assert backend.batch_set_v1(["a", "b", "c"], torch.arange(6)) == [True, True, False]
+    storage = load_backend(ExampleBackend, make_config(extra_config={"max_pages": 2}))
+    storage.register_mem_pool_host(HostKVPool(num_pages=4, page_size=2, layer_num=1, head_num=1, head_dim=4))
+    assert storage.batch_set_v1(["a", "b", "c"], torch.arange(6)) == [True, True, False]
 
 
 def test_bad_option_is_named() -> None:
     with pytest.raises(ConfigError, match="max_pages"):
-        ExampleBackend(make_config(extra_config={"max_pages": -1}))
+        load_backend(ExampleBackend, make_config(extra_config={"max_pages": -1}))

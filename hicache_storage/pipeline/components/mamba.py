@@ -17,7 +17,7 @@ import torch
 
 from ...errors import ConfigError
 from ...host_pool import parse_dtype
-from ...state_pool import HostStatePool
+from ...pools import HostStatePool
 from ..copy_engine import CopyHandle, page_runs
 from ..device_pool import PageAllocator
 from .base import Component

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigError, HostPoolError
-from .host_pool import parse_dtype
+from ..errors import ConfigError, HostPoolError
+from ..host_pool import parse_dtype
 
 __all__ = ["HostStatePool"]
 

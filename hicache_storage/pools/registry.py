@@ -1,17 +1,13 @@
-"""The host pools a backend serves: per pool its key space, geometry and page buffers.
+"""The host pools one storage instance serves: per pool its key space, facts and page buffers.
 
 ``register_mem_pool_host`` attaches the main KV pool (``"kv"``); ``register_mem_host_pool_v2``
 attaches sidecar pools (Mamba state, SWA window KV, DSA indexer, ...). Each pool gets its own
-:class:`~hicache_storage.keys.KeySpace`: the pool name and its geometry and dtype are part of it,
-so pages of two pools, or of two deployments whose pools differ, never share a storage key.
-Works with :class:`~hicache_storage.host_pool.HostKVPool`, the test kit's sidecar pools and
-SGLang's host pools (``get_page_buffer_meta``, or flat page copies where a pool offers no
-zero-copy view).
+:class:`~hicache_storage.keys.KeySpace` (see :func:`hicache_storage.keys.pool_keyspace`), so pages of
+two pools, or of two deployments whose pools differ, never share a storage key.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Sequence
@@ -20,129 +16,14 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigError, InvalidRequestError
-from .keys import KeySpace
-from .page_buffers import PageBuffers, pool_page_buffers, pool_page_bytes
-from .pools import PoolName, pool_name_str
+from ..errors import ConfigError, InvalidRequestError
+from ..keys import KeySpace
+from ..page_buffers import PageBuffers
+from .buffers import pool_page_buffers
+from .host import PoolFacts
+from .names import pool_name_str
 
-__all__ = ["KNOWN_CONFIG_FIELDS", "PoolRegistry", "RegisteredPool", "pool_keyspace"]
-
-#: Config fields the SDK interprets; any other field of an engine's config enters the key digest.
-KNOWN_CONFIG_FIELDS: frozenset[str] = frozenset(
-    {
-        "tp_rank",
-        "tp_size",
-        "pp_rank",
-        "pp_size",
-        "attn_cp_rank",
-        "attn_cp_size",
-        "is_mla_model",
-        "enable_storage_metrics",
-        "is_page_first_layout",
-        "model_name",
-        "tp_lcm_size",
-        "should_split_heads",
-        "dp_rank",
-        "extra_config",
-        "dcp_size",
-        "dcp_rank",
-        "logical_page_size",
-        "identity_fields",
-    }
-)
-
-#: Pools whose state is sharded per tp rank even when the model's KV is replicated (MLA).
-_TP_SHARDED_POOLS = frozenset({PoolName.MAMBA.value})
-
-#: Pool attributes that describe a sidecar's geometry (whichever the pool has).
-_GEOMETRY_ATTRIBUTES = (
-    "layer_num",
-    "head_num",
-    "head_dim",
-    "kv_cache_dim",
-    "num_mamba_layers",
-    "conv_dtype",
-    "temporal_dtype",
-    "conv_state_shapes",
-    "temporal_state_shape",
-    "state_shapes",
-    "window_pages",
-)
-
-
-def _is_mla(pool: Any) -> bool:
-    value = getattr(pool, "is_mla", None)
-    if value is None:
-        return "MLA" in type(pool).__name__
-    return bool(value)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, torch.dtype):
-        return str(value).removeprefix("torch.")
-    if isinstance(value, (torch.Size, tuple, list)):
-        return "(" + ",".join(_describe(item) for item in value) + ")"
-    return str(value)
-
-
-def _identity_pairs(config: Any) -> tuple[tuple[str, str], ...]:
-    """Config fields the SDK does not interpret (e.g. a newer engine's ``model_identity_hash``)."""
-    extras: dict[str, Any] = dict(getattr(config, "identity_fields", None) or {})
-    if dataclasses.is_dataclass(config):
-        for item in dataclasses.fields(config):
-            if item.name not in KNOWN_CONFIG_FIELDS:
-                extras[item.name] = getattr(config, item.name)
-    return tuple(sorted((name, _describe(value)) for name, value in extras.items() if value is not None))
-
-
-def pool_keyspace(
-    config: Any, pool: Any, *, pool_name: str = "kv", namespace: str = "", model_revision: str = ""
-) -> KeySpace:
-    """The :class:`KeySpace` of ``pool`` (ours or SGLang's) registered as ``pool_name`` under ``config``."""
-    is_kv = pool_name == PoolName.KV.value
-    is_mla = _is_mla(pool)
-    tp_sharded = pool_name in _TP_SHARDED_POOLS or not config.is_mla_model
-    geometry: tuple[tuple[str, str], ...] = ()
-    if not is_kv:
-        geometry = tuple(
-            (name, _describe(getattr(pool, name)))
-            for name in _GEOMETRY_ATTRIBUTES
-            if getattr(pool, name, None) is not None
-        )
-    return KeySpace(
-        model_name=config.model_name or "",
-        model_revision=model_revision,
-        namespace=namespace,
-        dtype=_describe(getattr(pool, "dtype", "unknown")),
-        layout=str(getattr(pool, "layout", "unknown")),
-        page_size=int(getattr(pool, "page_size", 1) or 1),
-        page_bytes=_page_bytes(pool),
-        is_mla=is_mla,
-        tp_rank=config.tp_rank if tp_sharded else 0,
-        tp_size=config.tp_size if tp_sharded else 1,
-        pp_rank=config.pp_rank,
-        pp_size=config.pp_size,
-        cp_rank=config.attn_cp_rank,
-        cp_size=config.attn_cp_size,
-        pool=pool_name,
-        geometry=geometry,
-        identity=_identity_pairs(config),
-        tp_sharded=None if is_kv else tp_sharded,
-    )
-
-
-def _holds_no_bytes(pool: Any) -> bool:
-    """A logical anchor (e.g. DeepSeek-V4's): it has a ``kv_buffer`` attribute set to ``None``."""
-    return hasattr(pool, "kv_buffer") and pool.kv_buffer is None
-
-
-def _page_bytes(pool: Any) -> int:
-    if _holds_no_bytes(pool):
-        try:
-            return pool_page_bytes(pool)
-        except (AttributeError, TypeError, ValueError):
-            return 0
-    return pool_page_bytes(pool)
+__all__ = ["PoolRegistry", "RegisteredPool"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -153,27 +34,23 @@ def _page_offsets(page_size: int) -> torch.Tensor:
 
 @dataclass
 class RegisteredPool:
-    """One attached host pool: its name, key space and slot geometry."""
+    """One attached host pool: its name, key space and facts."""
 
     name: str
     pool: Any
     keyspace: KeySpace
-    page_size: int
-    size: int
-    holds_no_bytes: bool
+    facts: PoolFacts
     _zero_copy: bool | None = None
 
-    @classmethod
-    def of(cls, name: str, pool: Any, keyspace: KeySpace) -> RegisteredPool:
-        """Describe ``pool`` registered as ``name``."""
-        return cls(
-            name=name,
-            pool=pool,
-            keyspace=keyspace,
-            page_size=int(getattr(pool, "page_size", 1) or 1),
-            size=int(getattr(pool, "size", 0) or 0),
-            holds_no_bytes=_holds_no_bytes(pool),
-        )
+    @property
+    def page_size(self) -> int:
+        """Slots per page."""
+        return self.facts.page_size
+
+    @property
+    def holds_no_bytes(self) -> bool:
+        """Whether the pool is a logical anchor with no bytes to move."""
+        return self.facts.holds_no_bytes
 
     def same_geometry(self, other: RegisteredPool) -> bool:
         """Whether ``other`` would store the same bytes under the same keys."""
@@ -200,7 +77,7 @@ class RegisteredPool:
         if page_size > 1 and not torch.equal(pages - starts[:, None], _page_offsets(page_size).expand_as(pages)):
             raise InvalidRequestError(f"{what}: each page's slot indices must be consecutive")
         result: list[int] = starts.tolist()
-        size = self.size
+        size = self.facts.size
         if any(start % page_size or not 0 <= start < size for start in result):
             raise InvalidRequestError(
                 f"{what}: every page must start at a multiple of page_size={page_size} inside the pool (size {size})"
@@ -215,7 +92,7 @@ class RegisteredPool:
         """
         if self._zero_copy is not False:
             try:
-                views = pool_page_buffers(self.pool, starts)
+                views = pool_page_buffers(self.pool, starts, self.facts)
             except (NotImplementedError, ValueError, AttributeError, TypeError):
                 if self._zero_copy:
                     raise

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .pools import PoolHitPolicy, PoolName, PoolTransferResult
+from .names import PoolHitPolicy, PoolName, PoolTransferResult
 
 __all__ = ["PoolPresence", "fold_pool_hits", "leading_run"]
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import KeySpace
+from ..keys import KeySpace
 
 __all__ = ["KV_POOL", "BatchContext"]
 
