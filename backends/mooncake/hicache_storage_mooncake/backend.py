@@ -44,16 +44,22 @@ from typing import Any
 
 import numpy as np
 
-from hicache_storage import BackendFault, Capabilities, HiCacheStorage, HiCacheStorageConfig, KeySpace
-from hicache_storage.batch_context import BatchContext
-from hicache_storage.page_buffers import PageBuffers
+from hicache_storage.plugin import (
+    Backend,
+    BackendFault,
+    BackendSetup,
+    BatchContext,
+    Capabilities,
+    HostPool,
+    KeySpace,
+    PageBuffers,
+)
 
 from .calls import DeadlineCalls
 from .client import OBJECT_NOT_FOUND, OUTAGE_CODES, CallGate, code_name, import_store, open_store
 from .memory import SlabArena, address, pool_tensors
 from .options import MooncakeOptions
 from .raw_baseline import RawMooncake
-from .raw_store import MooncakeRawStore
 from .record import HEADER_SIZE, RecordCheck, check_header, key_digest, pack_header, payload_checksum
 
 __all__ = ["AUTO_STAGE_BELOW_SEGMENT_BYTES", "HEADER_SLABS", "STAGING_SLABS", "MooncakeBackend"]
@@ -83,12 +89,14 @@ def _rounds(keys: Sequence[str]) -> list[list[int]]:
     return rounds
 
 
-class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
+class MooncakeBackend(Backend[MooncakeOptions]):
     """Pages in a Mooncake Store (see :class:`MooncakeOptions`).
 
     Construction sets up the client and raises :class:`BackendFault` naming the master when none
-    answers (after ``setup_retries`` attempts of about 4.4 s each). ``raw_store()`` is a mapping
-    over the stored objects (storage key → bytes, header included) for tools and tests.
+    answers (after ``setup_retries`` attempts of about 4.4 s each). ``client`` is the
+    ``MooncakeDistributedStore`` (``None`` once released); every call on it goes through ``gate``
+    (a :class:`~hicache_storage_mooncake.client.CallGate`, refusing calls once the backend is
+    released) and writes use ``replicate``. ``mooncake_key`` maps a storage key to its object key.
     """
 
     Options = MooncakeOptions
@@ -115,17 +123,20 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
             declared = dataclasses.replace(declared, zero_copy=False)
         return declared
 
-    def __init__(self, config: HiCacheStorageConfig) -> None:
-        super().__init__(config)
-        options = self.options
+    def __init__(self, setup: BackendSetup[MooncakeOptions]) -> None:
+        options = setup.options
+        self.options = options
+        self.counters = setup.counters
+        self.io_timeout_s = setup.io_timeout_s
+        self._batch_slots = max(1, int(setup.capabilities.max_batch_size or 1))
         self.key_prefix = options.key_prefix
         self.verify_checksum = bool(options.verify_checksum)
         _, replicate_cls = import_store()
-        self._replicate = replicate_cls()
-        self._replicate.replica_num = options.replica_num
-        self._gate = CallGate()
-        self._calls = DeadlineCalls(self._gate, lambda: self.stats.bump("mooncake_abandoned_calls"))
-        self._store: Any = open_store(options, self.rpc_timeout_ms)
+        self.replicate: Any = replicate_cls()
+        self.replicate.replica_num = options.replica_num
+        self.gate = CallGate()
+        self._calls = DeadlineCalls(self.gate, lambda: self.counters.bump("mooncake_abandoned_calls"))
+        self.client: Any = open_store(options, self.rpc_timeout_ms)
         self._regions: list[tuple[int, int]] = []
         self._headers: SlabArena | None = None
         self._staging: SlabArena | None = None
@@ -140,7 +151,7 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
         return max(50, round(self.io_timeout_s * 400))
 
     # ------------------------------------------------------------ set-up
-    def on_register_pool(self, pool: Any, keyspace: KeySpace) -> None:
+    def on_register_pool(self, pool: HostPool, keyspace: KeySpace) -> None:
         """Register the pool's buffers, the header arena and staging slabs (sized for the largest page)."""
         for tensor in pool_tensors(pool):
             self._register(int(tensor.data_ptr()), int(tensor.numel() * tensor.element_size()))
@@ -149,9 +160,7 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
         per_slab = max(1, self.options.size_of("staging_buffer_size") // STAGING_SLABS // record_bytes)
         with self._setup_lock:
             if self._headers is None:
-                arena = SlabArena(
-                    HEADER_SLABS, max(1, int(self.capabilities.max_batch_size or 1)), HEADER_SIZE, "header"
-                )
+                arena = SlabArena(HEADER_SLABS, self._batch_slots, HEADER_SIZE, "header")
                 if not self._register(arena.base, arena.size):
                     raise BackendFault("Mooncake could not register the header arena")
                 self._headers = arena
@@ -165,10 +174,10 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
             return False
         if self._registered(ptr, size):
             return True
-        with self._gate:
-            code = self._store.register_buffer(ptr, size)
+        with self.gate:
+            code = self.client.register_buffer(ptr, size)
         if code != 0:  # left unregistered: its pages are copied through the staging buffer
-            self.stats.bump("mooncake_register_failed")
+            self.counters.bump("mooncake_register_failed")
             return False
         self._regions.append((ptr, ptr + size))
         return True
@@ -180,15 +189,6 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
         """The Mooncake object key of a storage key."""
         return self.key_prefix + storage_key
 
-    def raw_store(self) -> MooncakeRawStore:
-        """Mapping storage key → stored object bytes, behind the backend's back (small objects only)."""
-        return MooncakeRawStore(self._store_call, self.mooncake_key, self._replicate)
-
-    def _store_call(self, method: str, *args: Any) -> Any:
-        """The client's ``method(*args)`` inside the call gate."""
-        with self._gate:
-            return getattr(self._store, method)(*args)
-
     # ------------------------------------------------------------ codes
     def _check(self, codes: Any, count: int, what: str) -> list[int]:
         """Return codes as ints; :class:`BackendFault` when the call failed as a whole."""
@@ -196,11 +196,11 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
             raise BackendFault(f"Mooncake {what} returned {codes!r} for {count} keys")
         values = [int(code) for code in codes]
         if values and all(code in OUTAGE_CODES for code in values):
-            self.stats.bump(code_name(values[0]))
+            self.counters.bump(code_name(values[0]))
             raise BackendFault(f"Mooncake master {self.options.master_server_address} unreachable during {what}")
         for code in values:
             if code < 0 and code != OBJECT_NOT_FOUND:
-                self.stats.bump(code_name(code))
+                self.counters.bump(code_name(code))
         return values
 
     def _stages_everything(self, pages: Sequence[PageBuffers]) -> bool:
@@ -250,8 +250,8 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
             verdict = RecordCheck.BAD_CHECKSUM
         if verdict is RecordCheck.OK:
             return True
-        self.stats.bump(f"mooncake_{verdict.value}")
-        self.stats.bump("integrity_failures")
+        self.counters.bump(f"mooncake_{verdict.value}")
+        self.counters.bump("integrity_failures")
         return False
 
     # ------------------------------------------------------------ primitives
@@ -312,7 +312,7 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
         out = [False] * len(names)
         with arena.slab() as slab:
             # The remove waits on the master with the GIL released: hash and pack the headers meanwhile.
-            store = self._store
+            store = self.client
             removing = self._calls.in_background(store.batch_remove, names, True)
             try:
                 all_ptrs: list[list[int]] = []
@@ -335,12 +335,12 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
                     "batch_put_from_multi_buffers",
                     store.batch_put_from_multi_buffers,
                     *put_args,
-                    self._replicate,
+                    self.replicate,
                     hold=(arena, slab),
                 )
             else:  # a late put of reused memory would store unverifiable bytes: never given up on
-                with self._gate:
-                    put = store.batch_put_from_multi_buffers(*put_args, self._replicate)
+                with self.gate:
+                    put = store.batch_put_from_multi_buffers(*put_args, self.replicate)
             codes = self._check(put, len(todo), "batch_put_from_multi_buffers")
         for n, code in zip(todo, codes, strict=True):
             out[n] = code == 0
@@ -350,7 +350,7 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
         """Copy [header, page] records into a staging slab and upsert them, one slab-full at a time."""
         arena = self._staging_arena()
         host, view = arena.array, arena.view
-        self.stats.bump("mooncake_staged_writes", len(staged))
+        self.counters.bump("mooncake_staged_writes", len(staged))
         with arena.slab() as slab:
             for begin in range(0, len(staged), arena.per_slab):
                 chunk = staged[begin : begin + arena.per_slab]
@@ -370,11 +370,11 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
                 codes = self._check(
                     self._calls.call(
                         "batch_upsert_from",
-                        self._store.batch_upsert_from,
+                        self.client.batch_upsert_from,
                         [mkeys[i] for i in chunk],
                         chunk_ptrs,
                         chunk_sizes,
-                        self._replicate,
+                        self.replicate,
                         hold=(arena, slab),
                     ),
                     len(chunk),
@@ -399,7 +399,7 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
             codes = self._check(
                 self._calls.call(
                     "batch_get_into_multi_buffers",
-                    self._store.batch_get_into_multi_buffers,
+                    self.client.batch_get_into_multi_buffers,
                     names,
                     all_ptrs,
                     all_sizes,
@@ -416,14 +416,14 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
 
     def _complete(self, code: int, expected: int) -> bool:
         if code >= 0 and code != expected:
-            self.stats.bump("mooncake_size_mismatch")
+            self.counters.bump("mooncake_size_mismatch")
         return code == expected
 
     def _read_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
         """Get records into a staging slab, check each, then copy the good pages out; one slab-full at a time."""
         arena = self._staging_arena()
         host, view = arena.array, arena.view
-        self.stats.bump("mooncake_staged_reads", len(staged))
+        self.counters.bump("mooncake_staged_reads", len(staged))
         with arena.slab() as slab:
             for begin in range(0, len(staged), arena.per_slab):
                 chunk = staged[begin : begin + arena.per_slab]
@@ -432,7 +432,7 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
                 codes = self._check(
                     self._calls.call(
                         "batch_get_into",
-                        self._store.batch_get_into,
+                        self.client.batch_get_into,
                         [mkeys[i] for i in chunk],
                         [arena.base + s for s in starts],
                         totals,
@@ -457,7 +457,7 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
         """``batch_is_exist``: 1 is a hit; 0 and errors are misses."""
         names = [self.mooncake_key(key) for key in keys]
         codes = self._check(
-            self._calls.call("batch_is_exist", self._store.batch_is_exist, names), len(keys), "batch_is_exist"
+            self._calls.call("batch_is_exist", self.client.batch_is_exist, names), len(keys), "batch_is_exist"
         )
         return [code == 1 for code in codes]
 
@@ -465,7 +465,7 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
         """``batch_remove(force=True)``; a key already absent counts as deleted."""
         names = [self.mooncake_key(key) for key in keys]
         codes = self._check(
-            self._calls.call("batch_remove", self._store.batch_remove, names, True), len(keys), "batch_remove"
+            self._calls.call("batch_remove", self.client.batch_remove, names, True), len(keys), "batch_remove"
         )
         return [code in (0, OBJECT_NOT_FOUND) for code in codes]
 
@@ -474,19 +474,19 @@ class MooncakeBackend(HiCacheStorage[MooncakeOptions]):
         under it; with an empty ``key_prefix``, every object of the store)."""
         for prefix in [""] if prefixes is None else prefixes:
             pattern = "^" + (self.key_prefix + prefix).replace(".", r"\.")
-            with self._gate:
-                removed = int(self._store.remove_by_regex(pattern, True))
+            with self.gate:
+                removed = int(self.client.remove_by_regex(pattern, True))
             if removed < 0:
-                self.stats.bump(code_name(removed))
+                self.counters.bump(code_name(removed))
                 raise BackendFault(f"Mooncake remove_by_regex failed with code {removed}")
 
     def release(self) -> None:
         """Wait for calls in flight, unregister buffers, close the client."""
-        if not self._gate.shut(CLOSE_WAIT_S):
-            self.stats.bump("mooncake_close_abandoned")
+        if not self.gate.shut(CLOSE_WAIT_S):
+            self.counters.bump("mooncake_close_abandoned")
             return
         self._calls.shutdown()
-        store, self._store = self._store, None
+        store, self.client = self.client, None
         if store is None:
             return
         for begin, _end in self._regions:

@@ -15,8 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from hicache_storage import BackendFault
-from hicache_storage.resilience import current_deadline
+from hicache_storage.plugin import BackendFault, current_deadline
 
 from .client import CallGate
 from .memory import SlabArena

@@ -7,7 +7,7 @@ import threading
 from types import TracebackType
 from typing import Any
 
-from hicache_storage import BackendFault
+from hicache_storage.plugin import BackendFault
 
 from .options import MooncakeOptions
 

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hicache_storage import BackendFault
-from hicache_storage.resilience import current_deadline
+from hicache_storage.plugin import BackendFault, current_deadline
 
 __all__ = ["SLAB_WAIT_S", "SlabArena", "address", "pool_tensors"]
 

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, fields
 
-from hicache_storage import ConfigError
+from hicache_storage.plugin import ConfigError
 
 __all__ = ["ENV_FALLBACKS", "TRANSFER_MODES", "MooncakeOptions", "parse_size"]
 

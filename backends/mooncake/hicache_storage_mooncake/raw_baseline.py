@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from hicache_storage import BackendFault
+from hicache_storage.plugin import BackendFault
 from hicache_storage.plugin.vectored_io import flat_view
 
 from .client import import_store, open_store

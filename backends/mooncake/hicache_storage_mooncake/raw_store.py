@@ -1,30 +1,36 @@
-"""A mapping over the mooncake backend's stored objects, for tools and tests (byte calls: small objects only)."""
+"""A mapping over the mooncake backend's stored objects, for the conformance hooks (byte calls: small objects only)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any
+from collections.abc import Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any
 
-from hicache_storage import BackendFault
+from hicache_storage.plugin import BackendFault
 
 from .client import OBJECT_NOT_FOUND
+
+if TYPE_CHECKING:
+    from .backend import MooncakeBackend
 
 __all__ = ["MooncakeRawStore"]
 
 
 class MooncakeRawStore(MutableMapping[str, bytes]):
-    """Stored objects by storage key, through the backend's client.
+    """Stored objects by storage key, through ``backend``'s client (inside its call gate).
 
-    ``store_call(method, *args)`` calls the client's ``method`` (inside the backend's call gate),
-    ``object_key`` maps a storage key to its Mooncake object key and ``replicate`` is the
-    ``ReplicateConfig`` of writes. Mooncake cannot list keys, so iteration and ``len`` raise
-    :class:`TypeError`.
+    Object keys are ``backend.mooncake_key(storage_key)``; writes use the backend's
+    ``ReplicateConfig``. Mooncake cannot list keys, so iteration and ``len`` raise
+    :class:`TypeError`; once the backend is released every call raises :class:`BackendFault`.
     """
 
-    def __init__(self, store_call: Callable[..., Any], object_key: Callable[[str], str], replicate: Any) -> None:
-        self._call = store_call
-        self._key = object_key
-        self._replicate = replicate
+    def __init__(self, backend: MooncakeBackend) -> None:
+        self._backend = backend
+        self._key = backend.mooncake_key
+        self._replicate = backend.replicate
+
+    def _call(self, method: str, *args: Any) -> Any:
+        with self._backend.gate:
+            return getattr(self._backend.client, method)(*args)
 
     def __getitem__(self, key: str) -> bytes:
         name = self._key(key)
