@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from core_support import MemoryBackend, make_pool
 
-from hicache_storage import HostKVPool, make_config
+from hicache_storage import HiCacheStorage, HostKVPool, load_backend, make_config
 
 
 @pytest.fixture
@@ -14,7 +14,7 @@ def pool() -> HostKVPool:
 
 
 @pytest.fixture
-def backend(pool: HostKVPool) -> MemoryBackend:
-    b = MemoryBackend(make_config("m", extra_config={"resilience": False}))
+def backend(pool: HostKVPool) -> HiCacheStorage:
+    b = load_backend(MemoryBackend, make_config("m", extra_config={"resilience": False}))
     b.register_mem_pool_host(pool)
     return b

@@ -8,19 +8,17 @@ from typing import Any
 
 import torch
 
-from hicache_storage import Capabilities, HiCacheStorage, HostKVPool
-from hicache_storage.batch_context import BatchContext
-from hicache_storage.contract import PageBuffers
+from hicache_storage import HiCacheStorage, HostKVPool
+from hicache_storage.plugin import Backend, BackendSetup, BatchContext, Capabilities, PageBuffers
 from hicache_storage.plugin.page_format import decode_into, encode_record
 
 
-class MemoryBackend(HiCacheStorage):
-    """A correct dict-backed backend used to test the base class."""
+class MemoryBackend(Backend):
+    """A correct dict-backed backend used to test the caller API and its layers."""
 
     capabilities = Capabilities(supports_delete=True, supports_clear=True, verifies_integrity=True, max_batch_size=16)
 
-    def __init__(self, config: Any) -> None:
-        super().__init__(config)
+    def __init__(self, setup: BackendSetup[Any]) -> None:
         self.records: dict[str, bytes] = {}
         self.lock = threading.Lock()
         self.primitive_calls: list[tuple[str, int]] = []
@@ -48,9 +46,19 @@ class MemoryBackend(HiCacheStorage):
                 self.records.pop(key, None)
         return [True] * len(keys)
 
-    def clear_pages(self) -> None:
+    def clear_pages(self, prefixes: Sequence[str] | None) -> None:
         with self.lock:
-            self.records.clear()
+            if prefixes is None:
+                self.records.clear()
+            for key in [key for key in self.records if prefixes is not None and key.startswith(tuple(prefixes))]:
+                del self.records[key]
+
+
+def memory_of(storage: HiCacheStorage) -> MemoryBackend:
+    """The :class:`MemoryBackend` a storage instance holds."""
+    backend = storage.backend
+    assert isinstance(backend, MemoryBackend)
+    return backend
 
 
 def make_pool() -> HostKVPool:

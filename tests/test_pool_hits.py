@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hicache_storage.pool_hits import PoolPresence, fold_pool_hits, leading_run
+from hicache_storage.pools.hits import PoolPresence, fold_pool_hits, leading_run
 from hicache_storage.pools import PoolHitPolicy, PoolName
 
 

@@ -7,13 +7,14 @@ import torch
 
 from hicache_storage import testing as kit
 from hicache_storage.errors import HostPoolError
-from hicache_storage.page_buffers import pool_page_buffers, pool_page_bytes
-from hicache_storage.state_pool import HostStatePool
+from hicache_storage.pools.buffers import pool_page_buffers
+from hicache_storage.pools.host import pool_facts
+from hicache_storage.pools.state_pool import HostStatePool
 
 
 def test_slot_image_is_temporal_then_conv_and_round_trips() -> None:
     pool = kit.make_state_pool(4, seed=9)
-    assert pool.page_size == 1 and pool_page_bytes(pool) == pool.size_per_token == sum(pool.component_bytes)
+    assert pool.page_size == 1 and pool_facts(pool).page_bytes == pool.size_per_token == sum(pool.component_bytes)
     image = pool.get_data_page(2)
     segments = pool.page_segments(2)
     assert [s.nbytes for s in segments] == pool.component_bytes

@@ -14,9 +14,9 @@ import torch
 from hicache_storage_conformance.reference import _LOCK, MemoryBackend
 
 from hicache_storage import HiCacheStorageExtraInfo, PoolHitPolicy, PoolTransferResult
-from hicache_storage.batch_context import KV_POOL, BatchContext
+from hicache_storage.pools import KV_POOL, BatchContext
 from hicache_storage.plugin.page_format import HEADER_SIZE, decode_into, encode_record
-from hicache_storage.transfer_plan import hit_policy_of
+from hicache_storage.pools.plan import hit_policy_of
 
 Page = list[memoryview]
 

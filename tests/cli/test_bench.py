@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hicache_storage.batch_context import BatchContext
+from hicache_storage.pools import BatchContext
 from hicache_storage.cli.bench import OpResult, _pool, _ratios, run_bench
 from hicache_storage.cli.commands import run
 from hicache_storage.config import make_config

@@ -5,14 +5,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from hicache_storage import HiCacheStorage, load_backend, make_config, page_hashes
-from hicache_storage.batch_context import BatchContext
-from hicache_storage.contract import PageBuffers
 from hicache_storage.pipeline import BufferOnlyPipeline, DeviceKVPool, PipelineConfig, Span
+from hicache_storage.plugin import Backend, BackendSetup, BatchContext, PageBuffers
 from hicache_storage.plugin.page_format import decode_into, encode_record
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
@@ -115,11 +114,10 @@ def make_span(
     return Span(span_id, list(hashes), tokens, parent_hash=parent, **kw)
 
 
-class ScriptedBackend(HiCacheStorage):
+class ScriptedBackend(Backend):
     """Dict-backed backend whose per-key outcomes a test controls (matched on the bare hash)."""
 
-    def __init__(self, config: Any = None) -> None:
-        super().__init__(config or make_config("m", extra_config={"resilience": False}))
+    def __init__(self, setup: BackendSetup[Any]) -> None:
         self.records: dict[str, bytes] = {}
         self.fail_write: set[str] = set()
         self.fail_read: set[str] = set()
@@ -154,3 +152,25 @@ class ScriptedBackend(HiCacheStorage):
 
     def stored_bare(self) -> set[str]:
         return {self._bare(key) for key in self.records}
+
+
+S = TypeVar("S", bound=ScriptedBackend)
+
+
+def scripted(cls: type[S] = ScriptedBackend) -> tuple[HiCacheStorage, S]:  # type: ignore[assignment]
+    """Storage over a fresh ``cls`` (resilience off), and the backend itself (to script its outcomes)."""
+    storage = load_backend(cls, make_config("m", extra_config={"resilience": False}))
+    backend = storage.backend
+    assert isinstance(backend, cls)
+    return storage, backend
+
+
+class CallerWrapper:
+    """Forwards every attribute to ``storage``; subclasses override caller methods to misbehave as a caller
+    API (not a backend) would: raise from a batch call, answer garbage."""
+
+    def __init__(self, storage: HiCacheStorage) -> None:
+        self.storage = storage
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.storage, name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from pipeline_support import PAGE_SIZE, ScriptedBackend, chain, make_pipeline, make_span
+from pipeline_support import PAGE_SIZE, chain, make_pipeline, make_span, scripted
 
 from hicache_storage.pipeline import BackupDecision, PrefetchRequest, Span
 
@@ -123,8 +123,8 @@ def test_head_of_line_waits_when_host_memory_is_short() -> None:
 
 
 def test_failed_write_records_only_the_leading_stored_run_and_drops_children() -> None:
-    backend = ScriptedBackend()
-    pipe = make_pipeline(storage=backend)
+    storage, backend = scripted()
+    pipe = make_pipeline(storage=storage)
     hashes = chain(7)
     backend.fail_write = {hashes[2]}
     root = make_span(pipe, 1, hashes[:4])
@@ -151,8 +151,8 @@ def test_failed_write_records_only_the_leading_stored_run_and_drops_children() -
 
 
 def test_writes_go_out_in_batches_of_at_most_storage_batch_pages() -> None:
-    backend = ScriptedBackend()
-    pipe = make_pipeline(storage=backend, device_pages=40, storage_batch_pages=4)
+    storage, backend = scripted()
+    pipe = make_pipeline(storage=storage, device_pages=40, storage_batch_pages=4)
     pipe.enqueue_backup(make_span(pipe, 1, chain(10)))
     pipe.tick()
     assert [n for op, n in backend.calls if op == "write"] == [4, 4, 2]

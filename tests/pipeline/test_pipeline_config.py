@@ -67,7 +67,7 @@ def test_buffer_only_requires_a_storage_object_built_by_the_caller() -> None:
     config = PipelineConfig(storage_backend="sim", storage_options={"sim_op_latency_us": 0, "resilience": False})
     backend = load_backend(config.storage_backend or "", make_config(extra_config=config.storage_options))
     pipe = BufferOnlyPipeline(config, make_device_pool(num_pages=10), backend)
-    assert pipe.storage is backend and type(pipe.storage).__name__ == "SimBackend"
+    assert pipe.storage is backend and type(pipe.storage.backend).__name__ == "SimBackend"
     assert pipe.storage.mem_pool_host is pipe.host_pool and pipe.host_pool.page_num == 12
     with pytest.raises(ConfigError, match="buffer_only"):
         BufferOnlyPipeline(PipelineConfig(host_memory_mode="cache"), make_device_pool(), sim_backend())

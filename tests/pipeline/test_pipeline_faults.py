@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from hicache_storage_sim.conformance import SimHooks
 from pipeline_support import assert_holds, chain, make_pipeline, make_span, sim_backend
 
 from hicache_storage.pipeline import BufferOnlyPipeline, PrefetchRequest, PrefetchState
@@ -58,7 +59,7 @@ def test_backend_outage_degrades_to_misses_and_recovers(device: str) -> None:
     pipe.tick()
     pipe.device_pool.free(span.device_indices)
 
-    storage.set_available(False)  # type: ignore[attr-defined]
+    SimHooks().stop_server(storage.backend)
     pipe.prefetch(PrefetchRequest("down", hashes))
     lost = chain(3, seed=4)
     down_span = make_span(pipe, 2, lost)
@@ -69,7 +70,7 @@ def test_backend_outage_degrades_to_misses_and_recovers(device: str) -> None:
     assert pipe.host_pool.used_pages == 0
     pipe.check_invariants()
 
-    storage.set_available(True)  # type: ignore[attr-defined]
+    SimHooks().start_server(storage.backend)
     pipe.prefetch(PrefetchRequest("up", hashes))
     assert pipe.enqueue_backup(down_span).value == "admitted"  # no belief was recorded for the failed write
     pipe.tick()
@@ -82,16 +83,16 @@ def test_backend_outage_degrades_to_misses_and_recovers(device: str) -> None:
 
 
 def test_backend_that_raises_is_contained() -> None:
-    from pipeline_support import ScriptedBackend
+    from pipeline_support import CallerWrapper, scripted
 
-    class Broken(ScriptedBackend):
+    class Broken(CallerWrapper):
         def batch_exists(self, keys: list[str], extra_info: object = None) -> int:
             raise RuntimeError("boom")
 
         def batch_set_v1(self, keys: list[str], host_indices: object, extra_info: object = None) -> list[bool]:
             return None  # type: ignore[return-value]
 
-    pipe = make_pipeline(storage=Broken())
+    pipe = make_pipeline(storage=Broken(scripted()[0]))
     pipe.enqueue_backup(make_span(pipe, 1, chain(2)))
     pipe.prefetch(PrefetchRequest("r", chain(2)))
     pipe.tick()

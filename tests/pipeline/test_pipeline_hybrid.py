@@ -17,7 +17,7 @@ from hybrid_support import (
     make_swa_device,
     sidecar,
 )
-from pipeline_support import PAGE_SIZE, ScriptedBackend, chain, make_device_pool, sim_backend
+from pipeline_support import PAGE_SIZE, chain, make_device_pool, scripted, sim_backend
 
 from hicache_storage import ConfigError, HostPoolError
 from hicache_storage.pipeline import (
@@ -97,8 +97,8 @@ def test_prefixes_are_restorable_only_at_span_ends() -> None:
 
 
 def test_lookup_after_a_splice_point_checks_the_whole_window() -> None:
-    backend = ScriptedBackend()
-    pipe = make_hybrid(storage=backend, window=3)
+    storage, backend = scripted()
+    pipe = make_hybrid(storage=storage, window=3)
     hashes = chain(8)
     _store(pipe, [hashes[:4], hashes[4:]])
     # The device holds 6 pages; prefix 8's window (pages 5..7) reaches below the splice point.
@@ -271,11 +271,11 @@ def test_host_pool_given_with_slots_taken_is_refused() -> None:
 
 
 def test_kv_only_pipeline_keeps_its_v1_calls() -> None:
-    backend = ScriptedBackend()
-    pipe = BufferOnlyPipeline(PipelineConfig(), make_device_pool(), backend)
+    storage, _backend = scripted()
+    pipe = BufferOnlyPipeline(PipelineConfig(), make_device_pool(), storage)
     assert pipe.components[0].name == "kv" and len(pipe.components) == 1
     assert pipe.metrics.as_dict()["components"] == {}
-    assert backend.registered_pools().keys() == {"kv"}
+    assert storage.registered_pools().keys() == {"kv"}
 
 
 def test_sidecar_labels_are_distinct_from_kv() -> None:

@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from hybrid_support import assert_admitted, free_engine, hybrid_span, make_hybrid
-from pipeline_support import PAGE_SIZE, ScriptedBackend, chain, sim_backend
+from pipeline_support import PAGE_SIZE, CallerWrapper, ScriptedBackend, chain, scripted, sim_backend
 
-from hicache_storage.batch_context import BatchContext
-from hicache_storage.contract import PageBuffers
 from hicache_storage.errors import InvalidRequestError
 from hicache_storage.pipeline import BackupDecision, BufferOnlyPipeline, PrefetchRequest, PrefetchState
+from hicache_storage.plugin import BackendSetup, BatchContext, PageBuffers
 
 
 class PoolFaults(ScriptedBackend):
-    """Fails writes / reads of chosen (pool, bare hash) pairs; ``gone`` pools fail every v2 call."""
+    """Fails writes / reads of chosen (pool, bare hash) pairs."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, setup: BackendSetup[Any]) -> None:
+        super().__init__(setup)
         self.fail_pool_write: set[tuple[str, str]] = set()
         self.fail_pool_read: set[tuple[str, str]] = set()
-        self.gone: set[str] = set()
 
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         failed = [(context.pool, self._bare(k)) in self.fail_pool_write for k in keys]
@@ -40,6 +38,12 @@ class PoolFaults(ScriptedBackend):
             ok and (context.pool, self._bare(k)) not in self.fail_pool_read for k, ok in zip(keys, done, strict=True)
         ]
 
+
+class Unregistering(CallerWrapper):
+    """A caller API that forgot the pools in ``gone``: every v2 call naming one raises."""
+
+    gone: ClassVar[set[str]] = set()
+
     def _check(self, transfers: Any) -> None:
         names = {str(getattr(t, "name", "")) for t in transfers or ()}
         if names & self.gone:
@@ -47,15 +51,15 @@ class PoolFaults(ScriptedBackend):
 
     def batch_exists_v2(self, keys: list[str], pool_transfers: Any = None, extra_info: Any = None) -> Any:
         self._check(pool_transfers)
-        return super().batch_exists_v2(keys, pool_transfers, extra_info)
+        return self.storage.batch_exists_v2(keys, pool_transfers, extra_info)
 
     def batch_set_v2(self, transfers: Any, extra_info: Any = None) -> dict[Any, list[bool]]:
         self._check(transfers)
-        return super().batch_set_v2(transfers, extra_info)
+        return self.storage.batch_set_v2(transfers, extra_info)
 
     def batch_get_v2(self, transfers: Any, extra_info: Any = None) -> dict[Any, list[bool]]:
         self._check(transfers)
-        return super().batch_get_v2(transfers, extra_info)
+        return self.storage.batch_get_v2(transfers, extra_info)
 
 
 def _two_spans(pipe: BufferOnlyPipeline, hashes: list[str]) -> list[Any]:
@@ -77,8 +81,8 @@ def _stage(pipe: BufferOnlyPipeline, request_id: str, hashes: list[str]) -> tupl
 
 
 def test_sidecar_write_failing_while_kv_succeeds_gives_a_smaller_hit() -> None:
-    backend = PoolFaults()
-    pipe = make_hybrid(storage=backend)
+    storage, backend = scripted(PoolFaults)
+    pipe = make_hybrid(storage=storage)
     hashes = chain(6)
     backend.fail_pool_write = {("mamba", hashes[5])}
     results = _two_spans(pipe, hashes)
@@ -105,8 +109,8 @@ def test_sidecar_write_failing_while_kv_succeeds_gives_a_smaller_hit() -> None:
 
 
 def test_short_sidecar_read_falls_back_to_a_shorter_prefix_or_to_nothing() -> None:
-    backend = PoolFaults()
-    pipe = make_hybrid(storage=backend)
+    storage, backend = scripted(PoolFaults)
+    pipe = make_hybrid(storage=storage)
     hashes = chain(6)
     _two_spans(pipe, hashes)
     backend.fail_pool_read = {("mamba", hashes[5])}
@@ -125,8 +129,8 @@ def test_short_sidecar_read_falls_back_to_a_shorter_prefix_or_to_nothing() -> No
 
 
 def test_short_kv_read_lands_on_the_restorable_prefix_below_it() -> None:
-    backend = PoolFaults()
-    pipe = make_hybrid(storage=backend)
+    storage, backend = scripted(PoolFaults)
+    pipe = make_hybrid(storage=storage)
     hashes = chain(6)
     _two_spans(pipe, hashes)
     backend.fail_read = {hashes[4]}
@@ -137,8 +141,10 @@ def test_short_kv_read_lands_on_the_restorable_prefix_below_it() -> None:
 
 
 def test_a_pool_that_disappears_mid_run_degrades_to_misses() -> None:
-    backend = PoolFaults()
-    pipe = make_hybrid(storage=backend)
+    inner, backend = scripted(PoolFaults)
+    storage = Unregistering(inner)
+    storage.gone = set()
+    pipe = make_hybrid(storage=storage)
     hashes = chain(6)
     _two_spans(pipe, hashes)
     assert _stage(pipe, "before", hashes)[:2] == (PrefetchState.STAGED, 6)
@@ -151,7 +157,7 @@ def test_a_pool_that_disappears_mid_run_degrades_to_misses() -> None:
     assert pipe.metrics.as_dict()["prefetch_lost_tokens"] == 6 * PAGE_SIZE
     assert not pipe.existence.contains("mamba", hashes[5])
     # The pool is unknown to the backend: v2 calls raise; lookups miss, sidecar writes fail, nothing leaks.
-    backend.gone = {"mamba"}
+    storage.gone = {"mamba"}
     assert _stage(pipe, "unknown", hashes) == (PrefetchState.MISS, 0, 0)
     assert pipe.enqueue_backup(hybrid_span(pipe, "c", hashes)) is BackupDecision.ADMITTED
     pipe.tick()
@@ -159,7 +165,7 @@ def test_a_pool_that_disappears_mid_run_degrades_to_misses() -> None:
     assert pipe.storage_calls.errors >= 2
     pipe.check_invariants()
     # The pool comes back: the state is written again and the prefix is restorable.
-    backend.gone = set()
+    storage.gone = set()
     assert pipe.enqueue_backup(hybrid_span(pipe, "d", hashes)) is BackupDecision.ADMITTED
     pipe.tick()
     assert _stage(pipe, "back", hashes)[:2] == (PrefetchState.STAGED, 6)
@@ -168,15 +174,14 @@ def test_a_pool_that_disappears_mid_run_degrades_to_misses() -> None:
 
 
 def test_malformed_v2_answers_are_misses() -> None:
-    class Garbled(PoolFaults):
+    class Garbled(CallerWrapper):
         def batch_exists_v2(self, keys: list[str], pool_transfers: Any = None, extra_info: Any = None) -> Any:
             return None
 
         def batch_get_v2(self, transfers: Any, extra_info: Any = None) -> dict[Any, list[bool]]:
             return {t.name: [True] for t in transfers}  # one flag whatever the keys
 
-    backend = Garbled()
-    pipe = make_hybrid(storage=backend)
+    pipe = make_hybrid(storage=Garbled(scripted(PoolFaults)[0]))
     hashes = chain(4)
     pipe.enqueue_backup(hybrid_span(pipe, "a", hashes))
     pipe.tick()

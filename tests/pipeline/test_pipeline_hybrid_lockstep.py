@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from hybrid_support import assert_admitted, free_engine, hybrid_span, make_hybrid
-from pipeline_support import chain, sim_backend
+from pipeline_support import chain, scripted, sim_backend
 from test_pipeline_hybrid_faults import PoolFaults
 
 from hicache_storage import make_config
@@ -111,10 +111,15 @@ def _run_ranks(sync: bool) -> tuple[list[list[Any]], ThreadRankGroup]:
     """Rank 1 failed to store the state at page 6; before q2, rank 0's read of the state at page 3 fails."""
     hashes = chain(6)
     group = ThreadRankGroup(2, timeout_s=10)
-    backends = [PoolFaults(), PoolFaults()]
+    built = [scripted(PoolFaults), scripted(PoolFaults)]
+    backends = [backend for _storage, backend in built]
     backends[1].fail_pool_write = {("mamba", hashes[5])}
     faults: list[set[Any]] = [{("mamba", hashes[2])}, set()]
-    pipes = [make_hybrid(storage=b, rank_sync=group.member(r) if sync else None) for r, b in enumerate(backends)]
+    pipes = [
+        make_hybrid(storage=storage, rank_sync=group.member(r) if sync else None)
+        for r, (storage, _) in enumerate(built)
+        for r, (storage, _) in enumerate(built)
+    ]
     outs: list[list[Any]] = [[], []]
     failures: list[BaseException] = []
 

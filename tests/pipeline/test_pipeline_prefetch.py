@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from pipeline_support import PAGE_SIZE, ScriptedBackend, assert_holds, chain, make_pipeline, make_span
+from pipeline_support import PAGE_SIZE, assert_holds, chain, make_pipeline, make_span, scripted
 
 from hicache_storage import InvalidRequestError
 from hicache_storage.pipeline import BufferOnlyPipeline, PrefetchRequest, PrefetchState
@@ -43,8 +43,8 @@ def test_hit_prefix_only_and_miss() -> None:
 
 
 def test_lookup_uses_batches_and_stops_at_first_short_batch() -> None:
-    backend = ScriptedBackend()
-    pipe = make_pipeline(storage=backend, device_pages=40, storage_batch_pages=4)
+    storage, backend = scripted()
+    pipe = make_pipeline(storage=storage, device_pages=40, storage_batch_pages=4)
     hashes = chain(13)
     _store(pipe, hashes[:5])
     backend.calls.clear()
@@ -75,8 +75,8 @@ def test_parked_requests_are_served_in_arrival_order() -> None:
 
 
 def test_read_failure_keeps_the_leading_run_and_invalidates_beliefs() -> None:
-    backend = ScriptedBackend()
-    pipe = make_pipeline(storage=backend)
+    storage, backend = scripted()
+    pipe = make_pipeline(storage=storage)
     hashes = chain(5)
     _store(pipe, hashes)
     backend.fail_read = {hashes[2]}

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pipeline_support import ScriptedBackend, assert_holds, chain, make_pipeline, make_span
+from pipeline_support import assert_holds, chain, make_pipeline, make_span, scripted
 
 from hicache_storage.pipeline import BufferOnlyPipeline, PrefetchRequest, PrefetchState
 
 
 def test_retained_pages_skip_storage_reads_and_are_reclaimed_under_pressure() -> None:
-    backend = ScriptedBackend()
-    pipe = make_pipeline(storage=backend, device_pages=10, retain_staged_pages=True)  # 12 host pages
+    storage, backend = scripted()
+    pipe = make_pipeline(storage=storage, device_pages=10, retain_staged_pages=True)  # 12 host pages
     hashes = chain(4)
     span = make_span(pipe, 1, hashes)
     pipe.enqueue_backup(span)

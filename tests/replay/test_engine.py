@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from replay_support import DEVICE_TOKENS, INPUT_TOKENS, PAGE, synthetic_requests
 
-from hicache_storage.batch_context import BatchContext
+from hicache_storage.pools import BatchContext
 from hicache_storage.replay.engine import EngineConfig, ModelShape, run_replay
 from hicache_storage.replay.trace import TraceRequest
 

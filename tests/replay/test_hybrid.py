@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from replay_support import BLOCK, PAGE, conversation_requests
 
-from hicache_storage.batch_context import BatchContext
+from hicache_storage.pools import BatchContext
 from hicache_storage.replay.engine import EngineConfig, ModelShape, run_replay
 from hicache_storage.replay.models import PRESETS, ModelPreset, SidecarSpec
 from hicache_storage.replay.oracle import oracle_hybrid
