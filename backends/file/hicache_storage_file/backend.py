@@ -23,16 +23,16 @@ import secrets
 import stat
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
-from hicache_storage import (
+from hicache_storage.plugin import (
+    Backend,
+    BackendSetup,
+    BatchContext,
     Capabilities,
     ConfigError,
-    HiCacheStorage,
-    HiCacheStorageConfig,
+    PageBuffers,
+    StoredPage,
 )
-from hicache_storage.batch_context import BatchContext
-from hicache_storage.listing import StoredPage
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
 from hicache_storage.plugin.vectored_io import preadv_all, writev_all
 
@@ -51,12 +51,12 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
 _READ_FLAGS = os.O_RDONLY | _CLOEXEC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
-class FileBackend(HiCacheStorage[FileOptions]):
+class FileBackend(Backend[FileOptions]):
     """Pages as files below ``extra_config.path`` (see :class:`FileOptions`).
 
-    Directories are created with mode 0o700 and page files with 0o600. ``path_for(storage_key)``
-    gives the file of a page, for tools and tests that inspect or damage stored pages. With
-    ``read_only``, the root may be read-only: writes return ``False`` without touching it.
+    Directories are created with mode 0o700 and page files with 0o600. ``root`` is the storage
+    root; ``layout.path_for(storage_key)`` gives the file of a page (for tools that inspect stored
+    pages). With ``read_only``, the root may be read-only: writes return ``False`` without touching it.
     """
 
     Options = FileOptions
@@ -72,12 +72,13 @@ class FileBackend(HiCacheStorage[FileOptions]):
         supports_list=True,
     )
 
-    def __init__(self, config: HiCacheStorageConfig) -> None:
-        super().__init__(config)
-        options = self.options
+    def __init__(self, setup: BackendSetup[FileOptions]) -> None:
+        options = setup.options
+        self._counters = setup.counters
         self.root = resolve_root(options)
-        self._layout = PageLayout(str(self.root), options.fanout_levels)
-        self._path_for = self._layout.path_for
+        #: Where each storage key's page file goes below ``root``.
+        self.layout = PageLayout(str(self.root), options.fanout_levels)
+        self._path_for = self.layout.path_for
         self._read_only = options.read_only
         self._codec = record_codec(options)
         if self._read_only:
@@ -87,7 +88,7 @@ class FileBackend(HiCacheStorage[FileOptions]):
                 )
         else:
             try:
-                self._layout.ensure_directory(str(self.root))
+                self.layout.ensure_directory(str(self.root))
             except OSError as error:
                 raise ConfigError("extra_config.path", f"cannot create directory {str(self.root)!r}: {error}") from None
             if not os.access(self.root, os.W_OK | os.X_OK):
@@ -95,7 +96,8 @@ class FileBackend(HiCacheStorage[FileOptions]):
                     "extra_config.path", f"directory {str(self.root)!r} is not writable (read_only: true reads it)"
                 )
         self._fsync = options.fsync
-        self._io_threads = options.io_threads if options.io_threads is not None else min(4, os.cpu_count() or 1)
+        #: Threads that move the pages of one batch (``extra_config.io_threads`` resolved).
+        self.io_threads = options.io_threads if options.io_threads is not None else min(4, os.cpu_count() or 1)
         self._nonce = secrets.token_hex(4)
         self._counter = itertools.count()
         self._eviction: ChainEviction | None = None
@@ -112,22 +114,13 @@ class FileBackend(HiCacheStorage[FileOptions]):
         return replace(declared, may_evict=True) if options.max_bytes is not None else declared
 
     # ------------------------------------------------------------ helpers
-    @property
-    def io_threads(self) -> int:
-        """Threads that move the pages of one batch (``extra_config.io_threads`` resolved)."""
-        return self._io_threads
-
-    def path_for(self, storage_key: str) -> Path:
-        """File that holds (or would hold) the page of ``storage_key``."""
-        return Path(self._layout.path_for(storage_key))
-
     def _integrity_failure(self) -> bool:
-        self.stats.bump("integrity_failures")
+        self._counters.bump("integrity_failures")
         return False
 
     def _existing_pages(self) -> list[tuple[str, int, float]]:
         found = []
-        for path, is_temp in self._layout.iter_owned_files():
+        for path, is_temp in self.layout.iter_owned_files():
             if is_temp:
                 continue
             with contextlib.suppress(FileNotFoundError):
@@ -136,26 +129,26 @@ class FileBackend(HiCacheStorage[FileOptions]):
         return found
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         if self._read_only:
-            self.stats.bump("read_only_writes_refused", len(keys))
+            self._counters.bump("read_only_writes_refused", len(keys))
             return [False] * len(keys)
         directories: set[str] = set()
         errors: list[BaseException] = []
 
-        def write(key: str, page: list[memoryview]) -> bool:
+        def write(key: str, page: PageBuffers) -> bool:
             try:
                 return self._write_one(key, page, directories)
             except OSError as error:  # this page fails; the others of the batch go on
                 errors.append(error)
                 return False
 
-        results = map_pages(write, keys, pages, self._io_threads)
+        results = map_pages(write, keys, pages, self.io_threads)
         if errors:
             if len(errors) == len(keys):
                 raise errors[0]  # nothing was stored: a fault of the call, for the resilience policy
-            self.stats.bump("key_faults", len(errors))
-            self.stats.last_fault = f"set: {type(errors[0]).__name__}: {errors[0]}"[:500]
+            self._counters.bump("key_faults", len(errors))
+            self._counters.note(f"set: {type(errors[0]).__name__}: {errors[0]}"[:500])
         if self._fsync:
             for directory in directories:
                 _fsync_directory(directory)
@@ -169,8 +162,8 @@ class FileBackend(HiCacheStorage[FileOptions]):
             self._evict()
         return results
 
-    def _write_one(self, key: str, page: list[memoryview], directories: set[str]) -> bool:
-        layout = self._layout
+    def _write_one(self, key: str, page: PageBuffers, directories: set[str]) -> bool:
+        layout = self.layout
         directory = layout.directory_for(key)
         name = layout.file_name(key)
         final = f"{directory}/{name}"
@@ -200,10 +193,10 @@ class FileBackend(HiCacheStorage[FileOptions]):
             return False
         return True
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
-        return map_pages(self._read_one, keys, pages, self._io_threads)
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
+        return map_pages(self._read_one, keys, pages, self.io_threads)
 
-    def _read_one(self, key: str, page: list[memoryview]) -> bool:
+    def _read_one(self, key: str, page: PageBuffers) -> bool:
         try:
             fd = os.open(self._path_for(key), _READ_FLAGS)
         except FileNotFoundError:
@@ -232,7 +225,7 @@ class FileBackend(HiCacheStorage[FileOptions]):
 
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         want = HEADER_SIZE + context.page_bytes
-        path_for = self._layout.path_for
+        path_for = self.layout.path_for
         results = []
         for key in keys:
             try:
@@ -245,7 +238,7 @@ class FileBackend(HiCacheStorage[FileOptions]):
 
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         for key in keys:
-            self._remove(self._layout.path_for(key))
+            self._remove(self.layout.path_for(key))
         return [True] * len(keys)
 
     def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
@@ -257,7 +250,7 @@ class FileBackend(HiCacheStorage[FileOptions]):
         names = None if prefixes is None else tuple(prefixes)
         temps = None if names is None else tuple("." + name[:40] for name in names)
         removed = []
-        for path, is_temp in self._layout.iter_owned_files():
+        for path, is_temp in self.layout.iter_owned_files():
             if names is not None and temps is not None:
                 name = os.path.basename(path)
                 if not (name.startswith(temps) if is_temp else name.startswith(names)):
@@ -284,7 +277,7 @@ class FileBackend(HiCacheStorage[FileOptions]):
         for path in self._eviction.victims():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-            self.stats.bump("evictions")
+            self._counters.bump("evictions")
 
 
 #: ``open`` errors meaning "something that is not a page file sits at the page path".

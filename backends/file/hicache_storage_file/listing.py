@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from hicache_storage.listing import StoredPage
+from hicache_storage.plugin import StoredPage
 
 __all__ = ["list_page_files"]
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hicache_storage import ConfigError
-from hicache_storage.options import resolve_directory
+from hicache_storage.plugin import ConfigError, resolve_directory
 from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["MAX_FANOUT_LEVELS", "PATH_ENV", "FileOptions", "resolve_root"]

@@ -10,7 +10,7 @@ import pytest
 from hicache_storage_file import FileBackend
 from hicache_storage_file.eviction import ChainEviction, WriteOrderEviction
 
-from hicache_storage import HiCacheStorageExtraInfo, HostKVPool, make_config, page_hashes
+from hicache_storage import HiCacheStorage, HiCacheStorageExtraInfo, HostKVPool, make_config, page_hashes
 from hicache_storage.plugin.page_format import HEADER_SIZE
 
 PAGE_SIZE = 4
@@ -22,7 +22,7 @@ def make_pool(num_pages: int = 32) -> HostKVPool:
     return HostKVPool(num_pages=num_pages, page_size=PAGE_SIZE, layer_num=1, head_num=1, head_dim=16)
 
 
-def make_backend(root: Path, pool: HostKVPool, max_pages: int) -> FileBackend:
+def make_backend(root: Path, pool: HostKVPool, max_pages: int) -> HiCacheStorage:
     record = HEADER_SIZE + pool.bytes_per_page
     # Pages of a few hundred bytes: a 4 KiB key-space manifest would take the budget of 15 of them.
     extra = {
@@ -32,12 +32,12 @@ def make_backend(root: Path, pool: HostKVPool, max_pages: int) -> FileBackend:
         "io_threads": 4,
         "manifests": False,
     }
-    backend = FileBackend(make_config("m", extra_config=extra))
+    backend = HiCacheStorage(FileBackend, make_config("m", extra_config=extra))
     backend.register_mem_pool_host(pool)
     return backend
 
 
-def write(backend: FileBackend, pool: HostKVPool, keys: list[str], prefix: list[str] | None = None) -> list[bool]:
+def write(backend: HiCacheStorage, pool: HostKVPool, keys: list[str], prefix: list[str] | None = None) -> list[bool]:
     indices = pool.alloc(len(keys) * PAGE_SIZE)
     assert indices is not None
     try:
@@ -47,7 +47,7 @@ def write(backend: FileBackend, pool: HostKVPool, keys: list[str], prefix: list[
         pool.free(indices)
 
 
-def assert_prefixes(backend: FileBackend, chains: list[list[str]]) -> list[int]:
+def assert_prefixes(backend: HiCacheStorage, chains: list[list[str]]) -> list[int]:
     """Every chain's surviving pages are a prefix of it; returns the surviving lengths."""
     lengths = []
     for number, chain in enumerate(chains):

@@ -4,7 +4,7 @@ The tests run as root, so ``chmod`` cannot make a directory read-only for them. 
 mount of the storage root over itself does (``mount --bind`` then ``remount,ro,bind``), and a
 size-limited tmpfs gives a real ``ENOSPC``. Both need ``mount`` (root, or a user namespace);
 where it is unavailable those tests are skipped, and the full-disk case is also covered by the
-backend's own ``max_bytes`` in backends/file/tests.
+backend's own ``max_bytes`` (``test_file_backend.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mounts import can_mount, mount, umount
-from rel_support import (
+from file_mounts import can_mount, mount, umount
+from hicache_storage_file import FileBackend
+from hicache_storage_file.conformance import FileHooks
+from hicache_storage_file.layout import PageLayout
+
+from hicache_storage import HiCacheStorage, make_config
+from hicache_storage.plugin.page_format import HEADER_SIZE
+from hicache_storage.testing.fault_figures import record
+from hicache_storage.testing.outage import (
     PAGE_SIZE,
     Workload,
     assert_clean,
@@ -31,25 +38,17 @@ from rel_support import (
     make_keys,
     make_pool,
     race_writers,
-    record,
 )
-
-from hicache_storage import make_config
-from hicache_storage.plugin.page_format import HEADER_SIZE
-
-pytest.importorskip("hicache_storage_file")
-from hicache_storage_file import FileBackend
-from hicache_storage_file.layout import PageLayout
 
 pytestmark = pytest.mark.timeout(60)
 
 RESILIENCE = {"deadline_s": 1.0, "retries": 1, "breaker_threshold": 5, "breaker_reset_s": 0.3}
 
 
-def open_file(path: Path, **options: Any) -> tuple[FileBackend, Any]:
+def open_file(path: Path, **options: Any) -> tuple[HiCacheStorage, Any]:
     pool = make_pool()
     extra = {"path": str(path), "resilience": RESILIENCE, **options}
-    backend = FileBackend(make_config("rel-model", extra_config=extra))
+    backend = HiCacheStorage(FileBackend, make_config("rel-model", extra_config=extra))
     backend.register_mem_pool_host(pool)
     return backend, pool
 
@@ -158,7 +157,7 @@ def test_truncated_and_corrupted_pages_are_misses(tmp_path: Path) -> None:
         assert workload._write(keys) == len(keys)
         space = backend.keyspace
         assert space is not None
-        paths = [backend.path_for(space.storage_key(k)) for k in keys]
+        paths = [FileHooks.path_for(backend.backend, space.storage_key(k)) for k in keys]
         size = paths[0].stat().st_size
         damage = {
             0: lambda p: os.truncate(p, size // 2),  # torn tail

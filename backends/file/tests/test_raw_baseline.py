@@ -8,6 +8,7 @@ from hicache_storage_file.raw_baseline import RawFiles
 
 from hicache_storage import make_config
 from hicache_storage.cli.commands import run
+from hicache_storage.plugin import raw_baseline_for
 
 
 def test_raw_files_round_trip_and_misses(tmp_path: Path) -> None:
@@ -23,7 +24,7 @@ def test_raw_files_round_trip_and_misses(tmp_path: Path) -> None:
 
 
 def test_hook_uses_a_subdirectory_of_the_configured_path(tmp_path: Path) -> None:
-    raw = FileBackend.raw_baseline(make_config(extra_config={"path": str(tmp_path), "namespace": "x"}))
+    raw = raw_baseline_for(FileBackend, make_config(extra_config={"path": str(tmp_path), "namespace": "x"}))
     assert isinstance(raw, RawFiles)
     assert raw.directory == tmp_path / "raw-baseline"
 
