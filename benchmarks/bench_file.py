@@ -28,7 +28,7 @@ from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_file import FileBackend
 from hicache_storage_file.raw_baseline import RawFiles
 
-from hicache_storage import make_config
+from hicache_storage import HiCacheStorage, make_config
 
 
 def timed(run: Callable[[], None]) -> float:
@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         options: dict[str, Any] = {"path": os.path.join(workdir, "ours"), "fsync": args.fsync}
         if args.io_threads is not None:
             options["io_threads"] = args.io_threads
-        backend = FileBackend(make_config("bench", extra_config=options))
+        backend = HiCacheStorage(FileBackend, make_config("bench", extra_config=options))
         backend.register_mem_pool_host(pool)
+        files = backend.backend
+        assert isinstance(files, FileBackend)
         raw = RawFiles(Path(workdir) / "raw", fsync=args.fsync)
         space = backend.keyspace
         assert space is not None
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     total = args.pages * page_bytes
     medians = {name: statistics.median(values) for name, values in samples.items()}
     result: dict[str, Any] = {
-        "io_threads": backend.io_threads,
+        "io_threads": files.io_threads,
         "fsync": args.fsync,
         "pages": args.pages,
         "batch": batch,

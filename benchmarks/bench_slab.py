@@ -58,7 +58,7 @@ from hicache_storage_file import FileBackend
 from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.raw_baseline import RawSlab
 
-from hicache_storage import HostKVPool, make_config
+from hicache_storage import HiCacheStorage, HostKVPool, make_config
 from hicache_storage.plugin.page_format import HEADER_SIZE as FILE_HEADER_BYTES
 
 SLAB_ROUNDS = 4  # the slab holds this many rounds of pages
@@ -124,9 +124,11 @@ def build_sides(
     }
     if args.io_threads is not None:
         slab_options["io_threads"] = args.io_threads
-    slab = SlabBackend(make_config("bench", extra_config=slab_options))
+    slab = HiCacheStorage(SlabBackend, make_config("bench", extra_config=slab_options))
     slab.register_mem_pool_host(pool)
-    info["slab_io_threads"] = slab.io_threads
+    slabs = slab.backend
+    assert isinstance(slabs, SlabBackend)
+    info["slab_io_threads"] = slabs.io_threads
     info["slab"] = slab
 
     def slab_write(round_number: int, batch_number: int) -> None:
@@ -138,15 +140,15 @@ def build_sides(
         keys = round_keys("slab", round_number, batch_number)
         info["slab_read_misses"] += len(keys) - sum(slab.batch_get_v1(keys, indices[: len(keys) * PAGE_SIZE]))
 
-    data_offset = slab.slab(slab.pool_keyspace()).geometry.data_offset
-    sides = [Side("slab", slab_write, slab_read, lambda: [(f.path, data_offset) for f in slab.slab_files()])]
+    data_offset = slabs.slab(slab.pool_keyspace()).geometry.data_offset
+    sides = [Side("slab", slab_write, slab_read, lambda: [(f.path, data_offset) for f in slabs.slab_files()])]
 
     # raw: the same footprint as the slab (four rounds of pages) with pages at random places in it, as
     # hashing places them in the slab: the extents are laid out in a shuffled order up front
     raw = RawSlab(
         Path(workdir) / "raw",
         reserve_bytes=SLAB_ROUNDS * args.pages * page_bytes,
-        threads=slab.io_threads,
+        threads=slabs.io_threads,
         fsync=args.fsync,
     )
     raw_sets = [batches_of(keys_for(f"raw{r}", args.pages), batch) for r in range(SLAB_ROUNDS)]
@@ -196,9 +198,11 @@ def file_side(
 ) -> Side:
     """The file backend writing fresh keys per round under ``root`` (``max_bytes``: its size limit)."""
     options: dict[str, Any] = {"path": root, "resilience": False, "fsync": args.fsync, "max_bytes": max_bytes}
-    backend = FileBackend(make_config("bench", extra_config=options))
+    backend = HiCacheStorage(FileBackend, make_config("bench", extra_config=options))
     backend.register_mem_pool_host(pool)
-    info["file_io_threads"] = backend.io_threads
+    files = backend.backend
+    assert isinstance(files, FileBackend)
+    info["file_io_threads"] = files.io_threads
     info.setdefault("file_backends", {})[name] = backend
     indices = torch.arange(batch * PAGE_SIZE, dtype=torch.int64)
 
@@ -249,10 +253,10 @@ def sglang_side(args: argparse.Namespace, workdir: str, pool: HostKVPool, batch:
     return Side("sglang", write, read, lambda: files_below(root))
 
 
-def check_slab(slab: SlabBackend, pool: HostKVPool, batch: int, round_number: int, pages: int) -> None:
+def check_slab(slab: HiCacheStorage, pool: HostKVPool, batch: int, round_number: int, pages: int) -> None:
     """Untimed: what a fresh instance reads from the slab is what was written (evicted pages aside)."""
     check = HostKVPool(num_pages=batch, page_size=PAGE_SIZE, layer_num=4, head_num=8, head_dim=128, layout="page_first")
-    checker = SlabBackend(slab.config)
+    checker = HiCacheStorage(SlabBackend, slab.config)
     checker.register_mem_pool_host(check)
     keys = keys_for(f"slab{round_number}", pages)[:batch]
     hits = checker.batch_get_v1(keys, torch.arange(len(keys) * PAGE_SIZE))
@@ -306,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         begin = time.perf_counter()
                         side.run(phase, round_number, number)
                         samples[f"{side.name}_{phase}"].append(time.perf_counter() - begin)
-        slab: SlabBackend = info["slab"]
+        slab: HiCacheStorage = info["slab"]
         check_slab(slab, pool, batch, args.repeat - 1, args.pages)
         stats = slab.get_stats()
         slab.close()

@@ -40,7 +40,7 @@ from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.layout import payload_checksum
 from hicache_storage_slab.parallel import IoThreads
 
-from hicache_storage import make_config
+from hicache_storage import HiCacheStorage, make_config
 
 PageRead = Callable[[int], None]  # read page number i
 SEED_DIGEST = bytes(range(16))  # any key digest: the checksum's seed, as the slab derives it
@@ -76,13 +76,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         backends = {}
         for threads in counts:
             options = {"path": workdir, "capacity_bytes": 8 * args.pages * (pool.bytes_per_page + 64) + (1 << 20)}
-            backend = SlabBackend(make_config("bench", extra_config={**options, "io_threads": threads}))
+            backend = HiCacheStorage(SlabBackend, make_config("bench", extra_config={**options, "io_threads": threads}))
             backend.register_mem_pool_host(pool)
             backends[threads] = backend
         writer = backends[counts[0]]
         if not all(writer.batch_set_v1(keys, indices)):
             raise RuntimeError("slab write failed")
-        slab = writer.slab(writer.pool_keyspace())
+        slabs = writer.backend
+        assert isinstance(slabs, SlabBackend)
+        slab = slabs.slab(writer.pool_keyspace())
         storage_keys = writer.pool_keyspace().storage_keys(keys)
         where = [slab.locate(key) for key in storage_keys]
         if any(found is None for found in where):

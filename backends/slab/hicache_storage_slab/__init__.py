@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .backend import SlabBackend, SlotStore
+from .backend import SlabBackend
 from .options import PATH_ENV, SlabOptions
+from .raw_store import SlotStore
 
 __all__ = ["PATH_ENV", "SlabBackend", "SlabOptions", "SlotStore"]

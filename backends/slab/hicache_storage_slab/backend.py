@@ -18,29 +18,38 @@ import shutil
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
-from hicache_storage import BackendFault, Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig, KeySpace
-from hicache_storage.batch_context import BatchContext
+from hicache_storage.plugin import (
+    Backend,
+    BackendFault,
+    BackendSetup,
+    BatchContext,
+    Capabilities,
+    ConfigError,
+    HostPool,
+    KeySpace,
+    PageBuffers,
+)
 
-from .layout import ENTRY_SIZE, Geometry, SuperblockError, parse_superblock
+from .layout import Geometry, SuperblockError, parse_superblock
 from .options import SlabOptions, io_thread_count, resolve_root
 from .parallel import IoThreads
 from .raw_baseline import RawSlab
 from .slab import Slab, WritePlan, blank_headers
 from .slab_files import SLAB_FILE_MARK, SlabFile
 
-__all__ = ["SlabBackend", "SlotStore"]
+__all__ = ["SlabBackend"]
 
 #: Seconds a key space whose slab could not be opened (disk full, I/O error) fails fast before a retry.
 RETRY_OPEN_S = 5.0
 
 
-class SlabBackend(HiCacheStorage[SlabOptions]):
+class SlabBackend(Backend[SlabOptions]):
     """Pages in fixed-size slots of preallocated slab files below ``extra_config.path`` (see :class:`SlabOptions`).
 
-    ``raw_store()`` reaches stored records behind the backend's back (for the conformance suite,
-    tools and tests); ``slab_files()`` lists the open files.
+    ``root`` is that directory; ``slab(keyspace)`` is a key space's slab, ``open_slabs()`` and
+    ``slab_files()`` list what this instance has open (for tools: :class:`~hicache_storage_slab.SlotStore`
+    reaches stored records through them).
     """
 
     Options = SlabOptions
@@ -55,9 +64,10 @@ class SlabBackend(HiCacheStorage[SlabOptions]):
         verifies_integrity=True,
     )
 
-    def __init__(self, config: HiCacheStorageConfig) -> None:
-        super().__init__(config)
-        options = self.options
+    def __init__(self, setup: BackendSetup[SlabOptions]) -> None:
+        options = setup.options
+        self._options = options
+        self._counters = setup.counters
         self.root = resolve_root(options)
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -95,7 +105,7 @@ class SlabBackend(HiCacheStorage[SlabOptions]):
             failure = self._open_failures.get(prefix)
             if failure is not None and time.monotonic() < failure[0]:
                 raise BackendFault(failure[1])
-            options = self.options
+            options = self._options
             geometry = Geometry.plan(
                 keyspace.page_bytes, options.capacity_for(keyspace.pool), options.ways, options.file_bytes
             )
@@ -107,25 +117,29 @@ class SlabBackend(HiCacheStorage[SlabOptions]):
                     direct_io=options.direct_io,
                     durable=options.fsync,
                     zero_fill=options.zero_fill,
-                    bump=self.stats.bump,
+                    bump=self._counters.bump,
                 )
             except OSError as error:
                 message = (
                     f"cannot open the slab of {prefix!r} ({geometry.total_bytes} bytes) in {self._root!r}: {error}"
                 )
                 self._open_failures[prefix] = (time.monotonic() + RETRY_OPEN_S, message)
-                self.stats.bump("slab_open_failures")
+                self._counters.bump("slab_open_failures")
                 raise BackendFault(message) from error
             self._open_failures.pop(prefix, None)
             self._slabs[prefix] = slab
             return slab
 
+    def open_slabs(self) -> list[Slab]:
+        """Every slab this instance has open (one per key space used so far)."""
+        with self._slabs_lock:
+            return list(self._slabs.values())
+
     def slab_files(self) -> list[SlabFile]:
         """Every slab file this instance has open."""
-        with self._slabs_lock:
-            return [file for slab in self._slabs.values() for file in slab.files]
+        return [file for slab in self.open_slabs() for file in slab.files]
 
-    def on_register_pool(self, pool: Any, keyspace: KeySpace) -> None:
+    def on_register_pool(self, pool: HostPool, keyspace: KeySpace) -> None:
         """Preallocate the pool's slab now, so a capacity the disk cannot hold fails at start-up."""
         if keyspace.page_bytes <= 0:  # a pool that holds no bytes never reaches the primitives
             return
@@ -141,11 +155,11 @@ class SlabBackend(HiCacheStorage[SlabOptions]):
             raise ConfigError(option, str(fault)) from None
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         slab = self.slab(context.keyspace)
         if not self._fsync:
 
-            def write(key: str, page: list[memoryview]) -> bool:
+            def write(key: str, page: PageBuffers) -> bool:
                 plan = slab.stage(key, page)
                 return plan is not None and slab.commit(plan)
 
@@ -154,7 +168,7 @@ class SlabBackend(HiCacheStorage[SlabOptions]):
         # Durable batch: every payload is synced before any header commits it, headers synced before the
         # ack. Pages are sent in waves with at most ``ways`` pages of one set each, so a page this batch
         # evicts has been committed first.
-        def stage(key: str, page: list[memoryview]) -> WritePlan | Exception | None:
+        def stage(key: str, page: PageBuffers) -> WritePlan | Exception | None:
             try:
                 return slab.stage(key, page)
             except Exception as error:  # raised below, once every staged slot is released
@@ -177,7 +191,7 @@ class SlabBackend(HiCacheStorage[SlabOptions]):
                         slab.finish(plan)
         return results
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         slab = self.slab(context.keyspace)
         return self._io.map(slab.read, keys, pages)
 
@@ -220,73 +234,6 @@ class SlabBackend(HiCacheStorage[SlabOptions]):
             for slab in self._slabs.values():
                 slab.close()
             self._slabs.clear()
-
-    # ------------------------------------------------------------ side channel
-    def raw_store(self) -> SlotStore:
-        """Stored records by storage key, behind the backend's back (see :class:`SlotStore`)."""
-        return SlotStore(self)
-
-
-class SlotStore:
-    """The record a read of a storage key would use: its 64-byte slot header, then the page bytes.
-
-    ``get(key)`` returns it (``None`` when no committed copy is found, whatever its bytes hold);
-    ``store[key] = data`` writes ``data`` over it in place, header first, the rest zero-filled (to
-    damage or truncate a page); ``pop(key)`` blanks the key's headers. Only keys of key spaces this
-    instance has opened are found.
-    """
-
-    def __init__(self, backend: SlabBackend) -> None:
-        self._backend = backend
-
-    def _slab_of(self, key: str) -> Slab | None:
-        with self._backend._slabs_lock:
-            for prefix, slab in self._backend._slabs.items():
-                if key.startswith(prefix):
-                    return slab
-        return None
-
-    def get(self, key: str, default: bytes | None = None) -> bytes | None:
-        slab = self._slab_of(key)
-        where = slab.locate(key) if slab is not None else None
-        if slab is None or where is None:
-            return default
-        file, header_offset, slot_offset = where
-        header = os.pread(file.fd, ENTRY_SIZE, header_offset)
-        return header + os.pread(file.fd, slab.geometry.page_bytes, slot_offset)
-
-    def __getitem__(self, key: str) -> bytes:
-        found = self.get(key)
-        if found is None:
-            raise KeyError(key)
-        return found
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key) is not None
-
-    def __setitem__(self, key: str, data: bytes) -> None:
-        slab = self._slab_of(key)
-        where = slab.locate(key) if slab is not None else None
-        if slab is None or where is None:
-            raise KeyError(f"no stored copy of {key!r} to overwrite")
-        file, header_offset, slot_offset = where
-        page_bytes = slab.geometry.page_bytes
-        if len(data) > ENTRY_SIZE + page_bytes:
-            raise ValueError(f"a record holds at most {ENTRY_SIZE + page_bytes} bytes, got {len(data)}")
-        record = bytes(data) + bytes(ENTRY_SIZE + page_bytes - len(data))
-        os.pwrite(file.fd, record[ENTRY_SIZE:], slot_offset)
-        os.pwrite(file.fd, record[:ENTRY_SIZE], header_offset)
-
-    def pop(self, key: str, default: bytes | None = None) -> bytes | None:
-        found = self.get(key, default)
-        slab = self._slab_of(key)
-        if slab is not None:
-            slab.delete(key)
-        return found
-
-    def __delitem__(self, key: str) -> None:
-        if self.pop(key) is None:
-            raise KeyError(key)
 
 
 def _waves(slab: Slab, keys: Sequence[str]) -> list[list[int]]:

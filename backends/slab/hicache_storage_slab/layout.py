@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import xxhash
 
-from hicache_storage import ConfigError
+from hicache_storage.plugin import ConfigError
 
 __all__ = [
     "BLOCK",

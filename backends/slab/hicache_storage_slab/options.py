@@ -6,8 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hicache_storage import ConfigError
-from hicache_storage.options import resolve_directory
+from hicache_storage.plugin import ConfigError, resolve_directory
 
 __all__ = ["MAX_WAYS", "PATH_ENV", "SlabOptions", "resolve_root"]
 

@@ -10,10 +10,11 @@ from typing import Any
 
 from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.layout import COMMITTED, ENTRY_SIZE, Entry, decode_entry, key_digest
+from hicache_storage_slab.slab import Slab
 
-from hicache_storage import HostKVPool
+from hicache_storage import HiCacheStorage, HostKVPool
 from hicache_storage import testing as kit
-from hicache_storage.batch_context import BatchContext
+from hicache_storage.plugin import BatchContext
 
 indices = kit.page_indices
 page_bytes = kit.page_bytes
@@ -23,17 +24,29 @@ def make_pool(num_pages: int = 16, **kwargs: Any) -> HostKVPool:
     return kit.make_pool(num_pages=num_pages, seed=11, **kwargs)
 
 
-def make_backend(root: Path | str, pool: HostKVPool | None = None, **options: Any) -> SlabBackend:
-    """A slab backend below ``root`` (4 MiB per key space unless given), resilience off, pool registered."""
+def make_backend(root: Path | str, pool: HostKVPool | None = None, **options: Any) -> HiCacheStorage:
+    """Storage over a slab backend below ``root`` (4 MiB per key space unless given), resilience off, a pool."""
     extra = {"path": str(root), "resilience": False, "capacity_bytes": 4 << 20, **options}
     return kit.make_backend(SlabBackend, extra, pool if pool is not None else make_pool())
 
 
-def context(backend: SlabBackend, pool: str = "kv") -> BatchContext:
+def slab_backend(storage: HiCacheStorage) -> SlabBackend:
+    """The slab backend ``storage`` holds (for its primitives, slabs and files)."""
+    backend = storage.backend
+    assert isinstance(backend, SlabBackend)
+    return backend
+
+
+def kv_slab(storage: HiCacheStorage, pool: str = "kv") -> Slab:
+    """The slab of ``pool``'s key space."""
+    return slab_backend(storage).slab(storage.pool_keyspace(pool))
+
+
+def context(backend: HiCacheStorage, pool: str = "kv") -> BatchContext:
     return backend.batch_context(pool)
 
 
-def storage_keys(backend: SlabBackend, keys: list[str]) -> list[str]:
+def storage_keys(backend: HiCacheStorage, keys: list[str]) -> list[str]:
     return backend.pool_keyspace().storage_keys(keys)
 
 
@@ -60,9 +73,9 @@ class AlignedPages:
         return b"".join(bytes(s) for s in self.pages[page])
 
 
-def set_entries(backend: SlabBackend, storage_key: str, pool: str = "kv") -> Iterator[tuple[int, Entry]]:
+def set_entries(backend: HiCacheStorage, storage_key: str, pool: str = "kv") -> Iterator[tuple[int, Entry]]:
     """(header offset, decoded header) of every slot in the set of ``storage_key``."""
-    slab = backend.slab(backend.pool_keyspace(pool))
+    slab = kv_slab(backend, pool)
     index, local_set = slab.geometry.locate(key_digest(storage_key))
     fd = slab.files[index].fd
     base = slab.geometry.set_header_offset(local_set)
@@ -71,7 +84,7 @@ def set_entries(backend: SlabBackend, storage_key: str, pool: str = "kv") -> Ite
         yield base + way * ENTRY_SIZE, decode_entry(raw[way * ENTRY_SIZE : (way + 1) * ENTRY_SIZE])
 
 
-def committed_copies(backend: SlabBackend, storage_key: str, pool: str = "kv") -> int:
+def committed_copies(backend: HiCacheStorage, storage_key: str, pool: str = "kv") -> int:
     """Committed headers of ``storage_key`` in its set."""
     digest = key_digest(storage_key)
     return sum(1 for _o, e in set_entries(backend, storage_key, pool) if e.state == COMMITTED and e.digest == digest)

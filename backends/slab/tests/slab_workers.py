@@ -27,7 +27,7 @@ from typing import Any
 from hicache_storage_conformance.pages import page_content, read_slot, verify_page, write_slot
 from hicache_storage_slab import SlabBackend, slab
 
-from hicache_storage import HostKVPool, make_config
+from hicache_storage import HiCacheStorage, HostKVPool, make_config
 from hicache_storage import testing as kit
 
 _STAMP = struct.Struct("<QQ")
@@ -67,9 +67,9 @@ def make_pool(layers: int) -> HostKVPool:
     return HostKVPool(num_pages=8, page_size=16, layer_num=layers, head_num=4, head_dim=128, layout="page_first")
 
 
-def open_backend(path: str, pool: HostKVPool, options: dict[str, Any]) -> SlabBackend:
+def open_backend(path: str, pool: HostKVPool, options: dict[str, Any]) -> HiCacheStorage:
     config = make_config("workers", extra_config={"path": path, "resilience": False, "namespace": "mp", **options})
-    backend = SlabBackend(config)
+    backend = HiCacheStorage(SlabBackend, config)
     backend.register_mem_pool_host(pool)
     return backend
 

@@ -5,24 +5,21 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from hicache_storage_conformance import BackendConformance
-from hicache_storage_conformance.hooks import find_target
-from hicache_storage_slab.conformance import SlabTarget
+from hicache_storage_conformance.hooks import find_hooks
+from hicache_storage_slab.conformance import SlabHooks
 
 
-class _SlabTarget(BackendConformance):
-    """The registered hooks: stopping the server points every slab descriptor at a directory."""
+class TestSlabConformance(BackendConformance):
+    """The registered hooks: records through SlotStore; the outage points every slab descriptor at a directory."""
 
     backend = "slab"
-    conformance_target = SlabTarget
-
-
-class TestSlabConformance(_SlabTarget):
     config: ClassVar[dict[str, Any]] = {"path": "{tmp}/slab", "capacity_bytes": 8 << 20}
 
 
-class TestSlabConformanceDurable(_SlabTarget):
+class TestSlabConformanceDurable(BackendConformance):
     """One I/O thread, ordered fsync per batch, O_DIRECT requested, two slots per set."""
 
+    backend = "slab"
     config: ClassVar[dict[str, Any]] = {
         "path": "{tmp}/slab",
         "capacity_bytes": 4 << 20,
@@ -33,13 +30,15 @@ class TestSlabConformanceDurable(_SlabTarget):
     }
 
 
-class TestSlabConformanceTiny(_SlabTarget):
+class TestSlabConformanceTiny(BackendConformance):
     """288 KiB, 64 ways: one set of 64 slots (fully associative), so the eviction tests see pages go."""
 
+    backend = "slab"
     config: ClassVar[dict[str, Any]] = {"path": "{tmp}/slab", "capacity_bytes": 288 * 1024, "ways": 64}
 
 
 def test_the_hooks_are_registered_under_the_backend_name() -> None:
-    hooks, source = find_target("slab")
-    assert source == "entry point hicache_storage.conformance_targets:slab"
-    assert isinstance(getattr(hooks, "inner", None), SlabTarget)
+    hooks, source = find_hooks("slab")
+    assert source == "entry point hicache_storage.conformance_hooks:slab"
+    assert isinstance(getattr(hooks, "inner", None), SlabHooks)
+    assert "read_stored" in hooks.describe() and "stop_server" in hooks.describe()

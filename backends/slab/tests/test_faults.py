@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from hicache_storage_slab import SlabBackend
-from slab_support import indices, make_backend, make_pool, page_bytes
+from slab_support import indices, make_backend, make_pool, page_bytes, slab_backend
 
-from hicache_storage import BackendFault, ConfigError, KeySpace, make_config
+from hicache_storage import BackendFault, ConfigError, HiCacheStorage, KeySpace, make_config
 from hicache_storage import testing as kit
-from hicache_storage.batch_context import BatchContext
+from hicache_storage.plugin import BatchContext
 
 
 @contextlib.contextmanager
@@ -41,7 +41,8 @@ def _leftovers(directory: Path) -> list[str]:
 
 def test_disk_full_at_preallocation_is_a_config_error(tmp_path: Path) -> None:
     with small_tmpfs(tmp_path / "small", "1m") as mount:
-        backend = SlabBackend(make_config("m", extra_config={"path": str(mount), "capacity_bytes": 8 << 20}))
+        config = make_config("m", extra_config={"path": str(mount), "capacity_bytes": 8 << 20})
+        backend = HiCacheStorage(SlabBackend, config)
         with pytest.raises(ConfigError) as caught:
             backend.register_mem_pool_host(make_pool())
         assert caught.value.option == "extra_config.capacity_bytes"
@@ -55,11 +56,12 @@ def test_file_size_limit_at_preallocation_is_a_config_error(tmp_path: Path) -> N
     script = textwrap.dedent(
         f"""
         import resource, signal
-        from hicache_storage import ConfigError, make_config, testing as kit
+        from hicache_storage import ConfigError, HiCacheStorage, make_config, testing as kit
         from hicache_storage_slab import SlabBackend
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-        backend = SlabBackend(make_config("m", extra_config={{"path": {str(tmp_path)!r}, "capacity_bytes": 8 << 20}}))
+        config = make_config("m", extra_config={{"path": {str(tmp_path)!r}, "capacity_bytes": 8 << 20}})
+        backend = HiCacheStorage(SlabBackend, config)
         try:
             backend.register_mem_pool_host(kit.make_pool())
         except ConfigError as error:
@@ -90,11 +92,12 @@ def test_a_pool_whose_slab_does_not_fit_fails_its_calls_and_backs_off(tmp_path: 
         big = BatchContext(pool="big", keyspace=space)
         page = [memoryview(bytearray(4096))]
         (skey,) = space.storage_keys(kit.random_keys(1))
+        slabs = slab_backend(backend)
         for _ in range(2):
             with pytest.raises(BackendFault, match="No space left"):  # the SDK turns it into False / a miss
-                backend.write_pages([skey], [page], big)
+                slabs.write_pages([skey], [page], big)
         with pytest.raises(BackendFault):
-            backend.read_pages([skey], [page], big)
+            slabs.read_pages([skey], [page], big)
         assert backend.stats.get("slab_open_failures") == 1  # the later calls did not try again
         keys = kit.random_keys(2)
         assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]  # the KV pool is unaffected
@@ -123,7 +126,7 @@ def test_scribbled_slab_bytes_never_read_as_data(tmp_path: Path) -> None:
     backend = make_backend(tmp_path, pool, capacity_bytes=1 << 20)
     keys = kit.random_keys(24)
     assert backend.batch_set_v1(keys, indices(0, 24)) == [True] * 24
-    (file,) = backend.slab_files()
+    (file,) = slab_backend(backend).slab_files()
     size = os.fstat(file.fd).st_size
     rng = random.Random(5)
     for _ in range(2000):  # random bytes over random places: headers, payloads, padding

@@ -1,4 +1,4 @@
-"""Several processes on one slab: writers racing on the same sets, a writer killed mid-write, a restart.
+"""Several processes on one slab: writers racing on the same sets, a writer killed mid-write.
 
 Pages are stamped (``hicache_storage_conformance.pages``): the first bytes name the key and version
 and the rest is derived from both, so a read that returns another key's page, a mix of two writes
@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from hicache_storage_conformance.pages import read_slot
-from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.layout import ENTRY_SIZE, WRITING
+from slab_support import kv_slab
 from slab_workers import make_pool, open_backend, stamp_problem
 
-from hicache_storage import make_config
 from hicache_storage import testing as kit
 
 WORKERS = Path(__file__).with_name("slab_workers.py")
@@ -48,7 +47,7 @@ def test_writers_in_several_processes_never_expose_a_wrong_page(tmp_path: Path) 
     keys = kit.random_keys(10)
     pool = make_pool(layers=2)
     creator = open_backend(str(tmp_path), pool, HAMMER_OPTIONS)
-    assert creator.slab(creator.pool_keyspace()).geometry.sets == 2
+    assert kv_slab(creator).geometry.sets == 2
     creator.close()
     spec = {"path": str(tmp_path), "options": HAMMER_OPTIONS, "keys": keys, "layers": 2, "seconds": HAMMER_SECONDS}
     workers = [_start("hammer", {**spec, "worker": worker}) for worker in range(3)]
@@ -116,7 +115,7 @@ def test_a_writer_killed_mid_write_never_leaves_a_readable_wrong_page(tmp_path: 
             index, version = map(int, line.split())
             acked[index] = max(acked.get(index, 0), version)
         reader = open_backend(str(tmp_path), pool, KILL_OPTIONS)
-        slab = reader.slab(reader.pool_keyspace())
+        slab = kv_slab(reader)
         geometry = slab.geometry
         headers = os.pread(slab.files[0].fd, geometry.slots * ENTRY_SIZE, geometry.header_offset)
         claims_left.append(headers[5::ENTRY_SIZE].count(bytes([WRITING])))
@@ -132,36 +131,3 @@ def test_a_writer_killed_mid_write_never_leaves_a_readable_wrong_page(tmp_path: 
     assert len(acked) == len(keys), "the writer acknowledged too little to test anything"
     assert all(claims_left[RANDOM_KILLS:]), f"a writer stopped mid-payload left no claimed slot: {claims_left}"
     print(f"\nkill -9: slots left claimed mid-write after each kill: {claims_left}")
-
-
-# ----------------------------------------------------------------------------- restart
-def test_a_new_process_serves_the_pages_written_before(tmp_path: Path) -> None:
-    pool = kit.make_pool(num_pages=8, seed=21)
-    options = {"path": str(tmp_path), "capacity_bytes": 1 << 20, "namespace": "restart"}
-    backend = SlabBackend(make_config("restart", extra_config=options))
-    backend.register_mem_pool_host(pool)
-    keys = kit.random_keys(4)
-    assert backend.batch_set_v1(keys, kit.page_indices(0, 4)) == [True] * 4
-    expected = [kit.page_bytes(pool, p).hex() for p in range(4)]
-    backend.close()
-    script = (
-        "import json, sys\n"
-        "from hicache_storage import make_config, testing as kit\n"
-        "from hicache_storage_slab import SlabBackend\n"
-        "options, keys = json.loads(sys.argv[1]), json.loads(sys.argv[2])\n"
-        "backend = SlabBackend(make_config('restart', extra_config=options))\n"
-        "pool = kit.make_pool(num_pages=8, seed=None)\n"
-        "backend.register_mem_pool_host(pool)\n"
-        "hits = backend.batch_get_v1(keys, kit.page_indices(4, 4))\n"
-        "print(json.dumps({'hits': hits, 'pages': [kit.page_bytes(pool, 4 + i).hex() for i in range(4)]}))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(options), json.dumps(keys)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"hits": [True] * 4, "pages": expected}

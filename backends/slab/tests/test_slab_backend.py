@@ -1,4 +1,8 @@
-"""The slab backend in one process: pools, eviction, overwrites, integrity, restart, I/O paths."""
+"""The slab backend in one process: pools, eviction, overwrites, integrity, restart, I/O paths.
+
+Round trips of every layout and dtype, misses, persistence, truncated/corrupted/vanished records,
+delete, clear of one's own pages and the outage are the conformance suite's (``test_conformance.py``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hicache_storage_slab import SlabBackend, header_map, slab_files
+from hicache_storage_slab import SlabBackend, SlotStore, header_map, slab_files
 from hicache_storage_slab.layout import COMMITTED, ENTRY_SIZE, WRITING, key_digest
 from hicache_storage_slab.raw_baseline import RawSlab
 from slab_support import (
@@ -19,22 +23,24 @@ from slab_support import (
     committed_copies,
     context,
     indices,
+    kv_slab,
     make_backend,
     make_pool,
     page_bytes,
     set_entries,
+    slab_backend,
     storage_keys,
 )
 
-from hicache_storage import KeySpace, make_config
+from hicache_storage import HiCacheStorage, KeySpace, make_config
 from hicache_storage import testing as kit
-from hicache_storage.batch_context import BatchContext
+from hicache_storage.plugin import BatchContext, raw_baseline_for
 
 
-def keys_in_one_set(backend: SlabBackend, count: int) -> list[str]:
+def keys_in_one_set(backend: HiCacheStorage, count: int) -> list[str]:
     """``count`` bare keys whose storage keys share one set of the KV slab."""
     space = backend.pool_keyspace()
-    slab_ = backend.slab(space)
+    slab_ = kv_slab(backend)
     groups: dict[tuple[int, int], list[str]] = defaultdict(list)
     for key in kit.random_keys(400 * count):
         group = groups[slab_.set_of(space.storage_key(key))]
@@ -44,27 +50,14 @@ def keys_in_one_set(backend: SlabBackend, count: int) -> list[str]:
     raise AssertionError("no set got enough keys")
 
 
-def read_back(backend: SlabBackend, keys: list[str], first_slot: int) -> list[bool]:
+def read_back(backend: HiCacheStorage, keys: list[str], first_slot: int) -> list[bool]:
     return backend.batch_get_v1(keys, indices(first_slot, len(keys)))
 
 
-# ----------------------------------------------------------------------------- round trips and pools
-@pytest.mark.parametrize(("layout", "is_mla"), [("layer_first", False), ("page_first", False), ("page_first", True)])
-def test_round_trip_is_byte_exact(tmp_path: Path, layout: str, is_mla: bool) -> None:
-    pool = make_pool(layout=layout, is_mla=is_mla)
-    backend = make_backend(tmp_path, pool)
-    keys = kit.random_keys(6)
-    written = [page_bytes(pool, p) for p in range(6)]
-    assert backend.batch_set_v1(keys, indices(0, 6)) == [True] * 6
-    assert backend.batch_exists_each([*keys, kit.random_keys(1)[0]]) == [True] * 6 + [False]
-    assert read_back(backend, keys, 8) == [True] * 6
-    assert [page_bytes(pool, p) for p in range(8, 14)] == written
-    assert backend.stats.get("integrity_failures") == 0
-    backend.close()
-
-
+# ----------------------------------------------------------------------------- pools
 def test_each_pool_gets_a_slab_of_its_own_page_size(tmp_path: Path) -> None:
     backend = make_backend(tmp_path, capacity_bytes=2 << 20, pool_capacity_bytes={"mamba": 1 << 20})
+    slabs = slab_backend(backend)
     kv = context(backend)
     mamba_space = KeySpace(
         model_name="m", dtype="float32", layout="state", page_size=1, page_bytes=12_000, is_mla=False, pool="mamba"
@@ -74,12 +67,12 @@ def test_each_pool_gets_a_slab_of_its_own_page_size(tmp_path: Path) -> None:
     state.fill(0, os.urandom(12_000))
     bare = kit.random_keys(1)[0]
     kv_key, mamba_key = kv.keyspace.storage_key(bare), mamba_space.storage_key(bare)
-    assert backend.write_pages([mamba_key], [state.pages[0]], mamba) == [True]
-    assert backend.read_pages([mamba_key], [state.pages[1]], mamba) == [True]
+    assert slabs.write_pages([mamba_key], [state.pages[0]], mamba) == [True]
+    assert slabs.read_pages([mamba_key], [state.pages[1]], mamba) == [True]
     assert state.data(1) == state.data(0)
-    assert backend.pages_exist([mamba_key, kv_key], mamba) == [True, False]
-    assert backend.pages_exist([kv_key], kv) == [False]
-    geometries = {s.prefix: s.geometry for s in (backend.slab(kv.keyspace), backend.slab(mamba_space))}
+    assert slabs.pages_exist([mamba_key, kv_key], mamba) == [True, False]
+    assert slabs.pages_exist([kv_key], kv) == [False]
+    geometries = {s.prefix: s.geometry for s in (slabs.slab(kv.keyspace), slabs.slab(mamba_space))}
     assert geometries[mamba_space.prefix].page_bytes == 12_000
     assert geometries[mamba_space.prefix].total_bytes <= 1 << 20
     assert geometries[kv.keyspace.prefix].page_bytes == kv.keyspace.page_bytes
@@ -94,7 +87,7 @@ def test_a_pool_without_bytes_gets_no_slab(tmp_path: Path) -> None:
     empty = KeySpace(
         model_name="m", dtype="none", layout="none", page_size=1, page_bytes=0, is_mla=False, pool="anchor"
     )
-    backend.on_register_pool(None, empty)
+    slab_backend(backend).on_register_pool(None, empty)
     assert [p.name for p in tmp_path.iterdir() if "slab-" in p.name] == [f"{backend.pool_keyspace().prefix}slab-0"]
     backend.close()
 
@@ -157,7 +150,7 @@ def test_a_page_is_invisible_until_its_header_commits(tmp_path: Path) -> None:
     old, fresh = kit.random_keys(2)
     skey_old, skey_fresh = storage_keys(backend, [old, fresh])
     assert backend.batch_set_v1([old], indices(0, 1)) == [True]
-    slab_ = backend.slab(backend.pool_keyspace())
+    slab_ = kv_slab(backend)
     for skey, slot in ((skey_fresh, 2), (skey_old, 3)):  # a new key, and new bytes for a stored key
         plan = slab_.stage(skey, pool.page_segments(slot * pool.page_size))
         assert plan is not None and not plan.in_place
@@ -172,8 +165,8 @@ def test_a_page_is_invisible_until_its_header_commits(tmp_path: Path) -> None:
     backend.close()
 
 
-def _record(backend: SlabBackend, skey: str) -> tuple[Any, int, int]:
-    where = backend.slab(backend.pool_keyspace()).locate(skey)
+def _record(backend: HiCacheStorage, skey: str) -> tuple[Any, int, int]:
+    where = kv_slab(backend).locate(skey)
     assert where is not None
     return where
 
@@ -184,7 +177,7 @@ def test_damaged_slots_read_as_misses_and_are_counted(tmp_path: Path) -> None:
     keys = kit.random_keys(6)
     skeys = storage_keys(backend, keys)
     assert backend.batch_set_v1(keys, indices(0, 6)) == [True] * 6
-    store = backend.raw_store()
+    store = SlotStore(slab_backend(backend))
     size = pool.bytes_per_page
 
     # 1. one payload byte flipped
@@ -242,8 +235,8 @@ def test_zero_fill_writes_the_new_slab_once(tmp_path: Path, monkeypatch: pytest.
     calls = _Calls(monkeypatch)
     pool = make_pool()
     backend = make_backend(tmp_path, pool, capacity_bytes=1 << 20, zero_fill=True)
-    assert len(backend.slab_files()) == 1
-    geometry = backend.slab(backend.pool_keyspace()).geometry
+    assert len(slab_backend(backend).slab_files()) == 1
+    geometry = kv_slab(backend).geometry
     zeroed = sum(len(args[0]) for _fd, (args, _t) in calls.of("pwrite") if len(args[0]) > 4096)
     assert zeroed == geometry.file_size - 4096  # everything past the superblock
     keys = kit.random_keys(3)
@@ -260,7 +253,7 @@ def test_a_damaged_superblock_replaces_the_slab(tmp_path: Path) -> None:
     backend = make_backend(tmp_path)
     keys = kit.random_keys(3)
     assert backend.batch_set_v1(keys, indices(0, 3)) == [True] * 3
-    (path,) = [f.path for f in backend.slab_files()]
+    (path,) = [f.path for f in slab_backend(backend).slab_files()]
     backend.close()
     with open(path, "r+b") as handle:
         handle.seek(40)
@@ -275,7 +268,7 @@ def test_a_damaged_superblock_replaces_the_slab(tmp_path: Path) -> None:
 
 
 def test_clear_empties_this_key_space_or_every_slab_below_the_path(tmp_path: Path) -> None:
-    def open_model(model: str) -> SlabBackend:
+    def open_model(model: str) -> HiCacheStorage:
         return kit.make_backend(
             SlabBackend, {"path": str(tmp_path), "capacity_bytes": 1 << 20}, make_pool(), model=model
         )
@@ -357,7 +350,7 @@ def test_headers_are_stored_through_the_mapping_not_pwrite(tmp_path: Path, monke
     assert backend.batch_set_v1(keys, indices(0, 3)) == [True] * 3
     assert calls.of("pwrite") == []  # a claim and a commit per page, both stores into the mapping
     assert [len(args[0]) for _offset, (args, _t) in calls.of("header")] == [ENTRY_SIZE] * 6
-    assert all(isinstance(file.headers, header_map.MappedHeaders) for file in backend.slab_files())
+    assert all(isinstance(file.headers, header_map.MappedHeaders) for file in slab_backend(backend).slab_files())
     other = make_backend(tmp_path, io_threads=1)  # another descriptor, another mapping: same bytes
     assert read_back(other, keys, 4) == [True] * 3
     other.close()
@@ -377,7 +370,9 @@ def test_slab_files_and_the_raw_baseline_read_without_readahead(
     monkeypatch.setattr(os, "posix_fadvise", record)
     backend = make_backend(tmp_path / "slab", io_threads=1)
     random_fds = {fd for fd, advice in advised if advice == os.POSIX_FADV_RANDOM}
-    assert {file.fd for file in backend.slab_files()} <= random_fds  # a slot is read whole, never its neighbours
+    assert {
+        file.fd for file in slab_backend(backend).slab_files()
+    } <= random_fds  # a slot is read whole, never its neighbours
     raw = RawSlab(tmp_path / "raw", reserve_bytes=1 << 20)
     assert (raw.fd, os.POSIX_FADV_RANDOM) in advised
     raw.close()
@@ -435,7 +430,7 @@ def test_a_failed_payload_write_releases_its_claims(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
 ) -> None:
     backend = make_backend(tmp_path, fsync=fsync, io_threads=2)
-    slab_ = backend.slab(backend.pool_keyspace())
+    slab_ = kv_slab(backend)
     real = os.pwritev
     calls = [0]
 
@@ -459,11 +454,12 @@ def test_a_failed_payload_write_releases_its_claims(
 def test_direct_io_moves_aligned_pages_and_buffers_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pool = make_pool()
     backend = make_backend(tmp_path, pool, direct_io=True)
+    slabs = slab_backend(backend)
     ctx = context(backend)
     space = ctx.keyspace
-    if not backend.slab(space).direct_io:
+    if not slabs.slab(space).direct_io:
         pytest.skip(f"O_DIRECT is not supported where {tmp_path} lives")
-    (file,) = backend.slab_files()
+    (file,) = slabs.slab_files()
     assert file.direct_fd is not None
     size = space.page_bytes
     assert size % 4096 != 0  # a 768-byte page: the pool's pages are never moved with O_DIRECT
@@ -480,10 +476,10 @@ def test_direct_io_moves_aligned_pages_and_buffers_the_rest(tmp_path: Path, monk
     for p in range(2):
         pages.fill(p, os.urandom(8192))
     big_keys = big.storage_keys(kit.random_keys(2))
-    assert backend.write_pages(big_keys, pages.pages[:2], big_ctx) == [True, True]
-    assert backend.read_pages(big_keys, pages.pages[2:], big_ctx) == [True, True]
+    assert slabs.write_pages(big_keys, pages.pages[:2], big_ctx) == [True, True]
+    assert slabs.read_pages(big_keys, pages.pages[2:], big_ctx) == [True, True]
     assert [pages.data(2), pages.data(3)] == [pages.data(0), pages.data(1)]
-    direct = {f.direct_fd for f in backend.slab(big).files}
+    direct = {f.direct_fd for f in slabs.slab(big).files}
     assert {fd for fd, _d in calls.of("pwritev")[2:]} <= direct and {fd for fd, _d in calls.of("preadv")} & direct
     assert backend.stats.get("direct_io_fallbacks") == 0
     backend.close()
@@ -492,7 +488,7 @@ def test_direct_io_moves_aligned_pages_and_buffers_the_rest(tmp_path: Path, monk
 def test_direct_io_falls_back_when_unsupported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slab_files, "_O_DIRECT", 0)  # as on a platform without O_DIRECT
     backend = make_backend(tmp_path, direct_io=True)
-    assert backend.slab(backend.pool_keyspace()).direct_io is False
+    assert kv_slab(backend).direct_io is False
     assert backend.stats.get("direct_io_unsupported") == 1
     keys = kit.random_keys(2)
     assert backend.batch_set_v1(keys, indices(0, 2)) == [True, True]
@@ -502,11 +498,12 @@ def test_direct_io_falls_back_when_unsupported(tmp_path: Path, monkeypatch: pyte
 
 def test_direct_io_refused_by_the_kernel_falls_back_per_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = make_backend(tmp_path, direct_io=True)
+    slabs = slab_backend(backend)
     big = KeySpace(
         model_name="m", dtype="uint8", layout="page_first", page_size=1, page_bytes=8192, is_mla=False, pool="big"
     )
     big_ctx = BatchContext(pool="big", keyspace=big)
-    slab_ = backend.slab(big)
+    slab_ = slabs.slab(big)
     if not slab_.direct_io:
         pytest.skip(f"O_DIRECT is not supported where {tmp_path} lives")
     direct = {f.direct_fd for f in slab_.files}
@@ -525,8 +522,8 @@ def test_direct_io_refused_by_the_kernel_falls_back_per_page(tmp_path: Path, mon
     pages = AlignedPages(2, 8192)
     pages.fill(0, os.urandom(8192))
     (skey,) = big.storage_keys(kit.random_keys(1))
-    assert backend.write_pages([skey], pages.pages[:1], big_ctx) == [True]
-    assert backend.read_pages([skey], pages.pages[1:], big_ctx) == [True]
+    assert slabs.write_pages([skey], pages.pages[:1], big_ctx) == [True]
+    assert slabs.read_pages([skey], pages.pages[1:], big_ctx) == [True]
     assert pages.data(1) == pages.data(0)
     assert backend.stats.get("direct_io_fallbacks") == 2
     backend.close()
@@ -541,8 +538,8 @@ def test_raw_baseline_client(tmp_path: Path) -> None:
     raw.drop_cache()
     raw.close()
     assert not (tmp_path / "raw").exists()
-    baseline = SlabBackend.raw_baseline(
-        make_config("m", extra_config={"path": str(tmp_path / "slabs"), "io_threads": 3})
+    baseline = raw_baseline_for(
+        SlabBackend, make_config("m", extra_config={"path": str(tmp_path / "slabs"), "io_threads": 3})
     )
     assert baseline.path.parent == tmp_path / "slabs" / "raw-baseline"
     assert baseline.get(keys, out) == [False] * len(keys)
@@ -554,6 +551,7 @@ def test_raw_baseline_client(tmp_path: Path) -> None:
 def test_large_pages_round_trip_and_a_damaged_byte_anywhere_is_a_miss(tmp_path: Path, segments: int) -> None:
     size = 600 * 1024
     backend = make_backend(tmp_path, capacity_bytes=8 << 20)
+    slabs = slab_backend(backend)
     space = KeySpace(
         model_name="m", dtype="uint8", layout="page_first", page_size=1, page_bytes=size, is_mla=False, pool="big"
     )
@@ -562,18 +560,18 @@ def test_large_pages_round_trip_and_a_damaged_byte_anywhere_is_a_miss(tmp_path: 
     data = os.urandom(size)
     pages.fill(0, data)
     (skey,) = space.storage_keys(kit.random_keys(1))
-    assert backend.write_pages([skey], pages.pages[:1], ctx) == [True]
-    assert backend.read_pages([skey], pages.pages[1:], ctx) == [True]
+    assert slabs.write_pages([skey], pages.pages[:1], ctx) == [True]
+    assert slabs.read_pages([skey], pages.pages[1:], ctx) == [True]
     assert pages.data(1) == data
-    store = backend.raw_store()
+    store = SlotStore(slabs)
     for position in (10, size // 2 + 10, size - 10):
         record = bytearray(store[skey])
         record[ENTRY_SIZE + position] ^= 0x01
         store[skey] = bytes(record)
         before = backend.stats.get("integrity_failures")
-        assert backend.read_pages([skey], pages.pages[1:], ctx) == [False]
+        assert slabs.read_pages([skey], pages.pages[1:], ctx) == [False]
         assert backend.stats.get("integrity_failures") == before + 1
         record[ENTRY_SIZE + position] ^= 0x01
         store[skey] = bytes(record)
-        assert backend.read_pages([skey], pages.pages[1:], ctx) == [True]
+        assert slabs.read_pages([skey], pages.pages[1:], ctx) == [True]
     backend.close()
