@@ -19,39 +19,43 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 import xxhash
 from botocore.exceptions import ClientError, NoCredentialsError
 from urllib3.util import Timeout
 
-from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
-from hicache_storage.batch_context import BatchContext
-from hicache_storage.listing import StoredPage
+from hicache_storage.plugin import (
+    Backend,
+    BackendSetup,
+    BatchContext,
+    Capabilities,
+    ConfigError,
+    PageBuffers,
+    StoredPage,
+    current_deadline,
+    deadline_scope,
+)
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
-from hicache_storage.resilience import current_deadline, deadline_scope
 
 from .client import NOT_FOUND_CODES, make_client, not_found
 from .options import S3Options
 from .raw_baseline import RawS3
-from .raw_store import S3RawStore
 
-__all__ = ["DEFAULT_TIMEOUT_S", "S3Backend"]
+__all__ = ["S3Backend"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-#: I/O timeout when neither ``timeout_s`` nor a resilience deadline is configured.
-DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
 _DELETE_BATCH = 1000
 
 
-class S3Backend(HiCacheStorage[S3Options]):
+class S3Backend(Backend[S3Options]):
     """Pages as S3 objects below ``s3://<bucket>/<prefix>/`` (see :class:`S3Options`).
 
     Construction checks that the bucket exists (``check_bucket``): a missing bucket or refused
     credentials raise :class:`ConfigError`; an unreachable endpoint does not (the engine may start
-    before the storage service), later calls are then misses / ``False``.
+    before the storage service), later calls are then misses / ``False``. ``client`` (boto3),
+    ``bucket``, ``root`` and :meth:`object_key` locate the stored objects.
     """
 
     Options = S3Options
@@ -66,16 +70,18 @@ class S3Backend(HiCacheStorage[S3Options]):
         supports_list=True,
     )
 
-    def __init__(self, config: HiCacheStorageConfig) -> None:
-        super().__init__(config)
-        options = self.options
-        self.timeout_s = options.timeout_s or self.io_timeout_s
+    def __init__(self, setup: BackendSetup[S3Options]) -> None:
+        options = setup.options
+        self.options = options
+        self.counters = setup.counters
+        self.timeout_s = options.timeout_s or setup.io_timeout_s
         self.bucket = options.bucket
         self.root = options.root
         self._fanout = options.fanout_chars
         self._codec = record_codec(options)
-        self._client = make_client(options, self.timeout_s)
-        _bound_requests_by_deadline(self._client, self.timeout_s)
+        #: The boto3 S3 client.
+        self.client: Any = make_client(options, self.timeout_s)
+        _bound_requests_by_deadline(self.client, self.timeout_s)
         self._pool = ThreadPoolExecutor(max_workers=options.max_workers, thread_name_prefix="hicache-s3")
         self._key_pattern = re.compile(
             re.escape(self.root + "/" if self.root else "")
@@ -87,15 +93,10 @@ class S3Backend(HiCacheStorage[S3Options]):
                 self._check_bucket()
             except BaseException:  # construction fails: release the client's connections and threads now
                 self._pool.shutdown(wait=False)
-                self._client.close()
+                self.client.close()
                 raise
 
     # ------------------------------------------------------------ helpers
-    @property
-    def client(self) -> Any:
-        """The boto3 S3 client."""
-        return self._client
-
     def object_key(self, storage_key: str) -> str:
         """The object key holding the page of ``storage_key``."""
         parts = [self.root] if self.root else []
@@ -104,13 +105,9 @@ class S3Backend(HiCacheStorage[S3Options]):
         parts.append(storage_key)
         return "/".join(parts)
 
-    def raw_store(self) -> S3RawStore:
-        """Mapping storage key → stored record bytes, behind the backend's back."""
-        return S3RawStore(self._client, self.bucket, self.object_key, self.list_object_keys)
-
     def list_object_keys(self) -> list[str]:
         """Keys of every page object under the prefix."""
-        paginator = self._client.get_paginator("list_objects_v2")
+        paginator = self.client.get_paginator("list_objects_v2")
         listing = paginator.paginate(Bucket=self.bucket, Prefix=self.root + "/" if self.root else "")
         return [
             item["Key"]
@@ -129,7 +126,7 @@ class S3Backend(HiCacheStorage[S3Options]):
         }
         if cursor is not None:
             request["ContinuationToken"] = cursor
-        response = self._client.list_objects_v2(**request)
+        response = self.client.list_objects_v2(**request)
         found = []
         for item in response.get("Contents", ()):
             name = item["Key"]
@@ -142,7 +139,7 @@ class S3Backend(HiCacheStorage[S3Options]):
 
     def _check_bucket(self) -> None:
         try:
-            self._client.head_bucket(Bucket=self.bucket)
+            self.client.head_bucket(Bucket=self.bucket)
         except ClientError as error:
             code = str(error.response.get("Error", {}).get("Code", ""))
             if code in ("404", "NoSuchBucket", "NotFound"):
@@ -161,7 +158,7 @@ class S3Backend(HiCacheStorage[S3Options]):
                 "(set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or the options)",
             ) from None
         except Exception as error:  # endpoint down: start anyway, calls become misses
-            self.stats.bump("startup_unreachable")
+            self.counters.bump("startup_unreachable")
             log.warning("s3 endpoint not reachable at start-up (%s); pages will miss until it is", type(error).__name__)
 
     def _map(self, work: Callable[[int], bool], count: int) -> list[bool]:
@@ -193,25 +190,25 @@ class S3Backend(HiCacheStorage[S3Options]):
         if errors:
             if len(errors) == count:
                 raise errors[0]
-            self.stats.bump("key_faults", len(errors))
+            self.counters.bump("key_faults", len(errors))
         return results
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         def put(index: int) -> bool:
             body = self._codec.record(keys[index], pages[index])
-            self._client.put_object(Bucket=self.bucket, Key=self.object_key(keys[index]), Body=body)
+            self.client.put_object(Bucket=self.bucket, Key=self.object_key(keys[index]), Body=body)
             return True
 
         return self._map(put, len(keys))
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         want = HEADER_SIZE + context.page_bytes
         return self._map(lambda index: self._read_one(keys[index], pages[index], want), len(keys))
 
-    def _read_one(self, key: str, page: list[memoryview], want: int) -> bool:
+    def _read_one(self, key: str, page: PageBuffers, want: int) -> bool:
         try:
-            response = self._client.get_object(Bucket=self.bucket, Key=self.object_key(key))
+            response = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))
         except ClientError as error:
             if not_found(error):
                 return False
@@ -235,7 +232,7 @@ class S3Backend(HiCacheStorage[S3Options]):
             body.close()
 
     def _integrity_failure(self) -> bool:
-        self.stats.bump("integrity_failures")
+        self.counters.bump("integrity_failures")
         return False
 
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
@@ -243,7 +240,7 @@ class S3Backend(HiCacheStorage[S3Options]):
 
         def head(index: int) -> bool:
             try:
-                response = self._client.head_object(Bucket=self.bucket, Key=self.object_key(keys[index]))
+                response = self.client.head_object(Bucket=self.bucket, Key=self.object_key(keys[index]))
             except ClientError as error:
                 if not_found(error):
                     return False
@@ -260,7 +257,7 @@ class S3Backend(HiCacheStorage[S3Options]):
         return [name not in failed for name in names]
 
     def _delete_objects(self, names: list[str]) -> set[str]:
-        response = self._client.delete_objects(
+        response = self.client.delete_objects(
             Bucket=self.bucket, Delete={"Objects": [{"Key": name} for name in names], "Quiet": True}
         )
         return {item["Key"] for item in response.get("Errors", ()) if item.get("Code") not in NOT_FOUND_CODES}
@@ -279,10 +276,10 @@ class S3Backend(HiCacheStorage[S3Options]):
 
     def release(self) -> None:
         self._pool.shutdown(wait=True)
-        self._client.close()
+        self.client.close()
 
     def __repr__(self) -> str:
-        return f"<S3Backend {self.options!r} closed={self.closed}>"
+        return f"<S3Backend {self.options!r}>"
 
 
 def _bound_requests_by_deadline(client: Any, cap: float) -> None:

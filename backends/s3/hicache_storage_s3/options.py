@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
-from hicache_storage import ConfigError
-from hicache_storage.options import secret_option, secret_option_names
+from hicache_storage.plugin import ConfigError, secret_option, secret_option_names
 from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["S3Options"]
@@ -79,7 +78,7 @@ class S3Options(IntegrityOptions):
         return self.prefix.strip("/")
 
     def __repr__(self) -> str:
-        """The options with the credentials (the :func:`~hicache_storage.options.secret_option` fields) as ``***``."""
+        """The options with the credentials (the :func:`~hicache_storage.plugin.secret_option` fields) as ``***``."""
         secret = secret_option_names(type(self))
         shown = []
         for field in fields(self):

@@ -1,4 +1,4 @@
-"""Fixtures: a real S3 server (moto) on 127.0.0.1 started through scripts/services."""
+"""Fixtures: the checkout's shared S3 server (moto) for most tests, a private one for tests that stop it."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hicache_storage_s3 import S3Backend
 from s3_support import SERVICES, s3_options, settings
 
+from hicache_storage.testing.fault_figures import figures_summary
 from hicache_storage.testing.fixtures import BackendFactory, fresh_s3_bucket
+from hicache_storage.testing.outage import PrivateServices
+
+#: Prefix of the figures this backend's fault tests record.
+_OURS = "s3."
 
 
 @pytest.fixture(scope="session")
@@ -24,13 +30,32 @@ def env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def bucket(env: dict[str, str]) -> str:
-    """A fresh bucket on the test server (the server keeps no state across restarts)."""
+    """A fresh bucket on the shared test server (never stopped by these tests)."""
     return fresh_s3_bucket(SERVICES, env, "hc-test")
 
 
 @pytest.fixture
-def open_backend(env: dict[str, str], bucket: str) -> Iterator[BackendFactory[S3Backend]]:
+def open_backend(env: dict[str, str], bucket: str) -> Iterator[BackendFactory]:
     """Factory: ``open_backend(options=None, pool=None)`` under a fresh prefix; cleared and closed afterwards."""
     factory = BackendFactory(S3Backend, lambda: {**s3_options(env, bucket), "prefix": f"t{secrets.token_hex(4)}"})
     yield factory
     factory.close()
+
+
+@pytest.fixture(scope="module")
+def services() -> Iterator[PrivateServices]:
+    """Servers private to one test module, on ports of their own: the tests may stop them."""
+    owned = PrivateServices(__file__)
+    try:
+        yield owned
+    finally:
+        owned.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The s3 backend's measured figures (those of other test directories are theirs to print)."""
+    lines = [line for line in figures_summary() if line.startswith(_OURS)]
+    if lines:
+        terminalreporter.write_sep("-", "s3 backend: reliability figures")
+        for line in lines:
+            terminalreporter.write_line(line)

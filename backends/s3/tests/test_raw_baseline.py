@@ -12,6 +12,7 @@ from s3_support import s3_client, s3_options
 
 from hicache_storage import make_config
 from hicache_storage.cli.bench import run_bench
+from hicache_storage.plugin import raw_baseline_for
 from hicache_storage.testing import check_raw_client
 
 pytestmark = pytest.mark.timeout(60)
@@ -28,7 +29,7 @@ def listed(env: dict[str, str], bucket: str, prefix: str) -> list[str]:
 
 
 def test_round_trip_exists_and_close(env: dict[str, str], bucket: str, options: dict[str, Any]) -> None:
-    raw = S3Backend.raw_baseline(make_config(extra_config=options))
+    raw = raw_baseline_for(S3Backend, make_config(extra_config=options))
     assert isinstance(raw, RawS3)
     try:
         keys, _data = check_raw_client(raw)

@@ -1,38 +1,46 @@
-"""The conformance suite against the s3 backend on a real S3 server (moto).
+"""The conformance suite against the s3 backend on a real S3 server (moto) private to this module.
 
-The fault category really stops the server (scripts/services/stop.sh) and starts it again; the
-server keeps no state, so the bucket is created again after the restart.
+The stored records are reached through the backend's hooks (``S3Hooks``, by entry point); the fault
+category really stops the private server and starts it again (the bucket is created again after
+the restart: moto keeps nothing).
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hicache_storage_conformance import BackendConformance
-from s3_support import SERVICES, control, s3_options, settings
+from s3_support import PrivateBucket
 
-BUCKET = f"hc-conf-{secrets.token_hex(4)}"
+from hicache_storage.testing.outage import PrivateServices
+
+pytestmark = pytest.mark.services
 
 
-def ensure_bucket() -> dict[str, str]:
-    env = settings()
-    SERVICES.s3_bucket(BUCKET, env, exist_ok=True)
-    return env
+@pytest.fixture(scope="module")
+def private_bucket(services: PrivateServices) -> Iterator[PrivateBucket]:
+    bucket = PrivateBucket(services, f"hc-conf-{secrets.token_hex(4)}")
+    bucket.start()
+    yield bucket
 
 
 class TestS3Conformance(BackendConformance):
     backend = "s3"
 
+    @pytest.fixture(autouse=True)
+    def _server(self, private_bucket: PrivateBucket) -> None:
+        self.server = private_bucket
+
     def backend_options(self, tmp_path: Path) -> dict[str, Any]:
-        control("start", "s3")
-        env = ensure_bucket()
-        return {**s3_options(env, BUCKET), "prefix": f"conf{secrets.token_hex(4)}"}
+        self.server.start()  # again if a failed fault test left it stopped
+        return {**self.server.options(), "prefix": f"conf{secrets.token_hex(4)}"}
 
     def stop_server(self, backend: Any) -> None:
-        control("stop", "s3")
+        self.server.stop()
 
     def start_server(self, backend: Any) -> None:
-        control("start", "s3")
-        ensure_bucket()
+        self.server.start()

@@ -40,4 +40,7 @@ class TestS3Credentials(S3CredentialChecks):
         }
 
     def root_of(self, backend: Any) -> str:
-        return str(backend.root)
+        """The prefix of the storage's S3 backend."""
+        plugin = backend.backend
+        assert isinstance(plugin, S3Backend)
+        return plugin.root
