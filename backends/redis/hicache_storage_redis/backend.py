@@ -23,22 +23,26 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from hicache_storage import Capabilities, HiCacheStorage, HiCacheStorageConfig
-from hicache_storage.batch_context import BatchContext
-from hicache_storage.listing import StoredPage
+from hicache_storage.plugin import (
+    Backend,
+    BackendSetup,
+    BatchContext,
+    Capabilities,
+    PageBuffers,
+    StoredPage,
+    current_deadline,
+    time_left,
+)
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
-from hicache_storage.resilience import current_deadline, time_left
 
 from .client import build_client
 from .options import RedisOptions
 from .raw_baseline import RawRedis
-from .raw_store import RedisRawStore, glob_escape
+from .raw_store import glob_escape
 from .wire import Budget, Filled, GroupResult, command, get_pages, run_commands, set_pages
 
-__all__ = ["DEFAULT_TIMEOUT_S", "RedisBackend"]
+__all__ = ["RedisBackend"]
 
-#: I/O timeout when neither ``socket_timeout_s`` nor a resilience deadline is configured.
-DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
 _CLEAR_BATCH = 512
 #: Error replies that mean "ask another node" (cluster resharding or failover): retried through redis-py.
 _REDIRECT_CODES = frozenset({"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"})
@@ -48,12 +52,13 @@ _REDIRECT_CODES = frozenset({"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"})
 _PAGE_KEY = re.compile(r"hc[0-9]+-[0-9a-f]{20}\.[A-Za-z0-9_][A-Za-z0-9._-]*")
 
 
-class RedisBackend(HiCacheStorage[RedisOptions]):
+class RedisBackend(Backend[RedisOptions]):
     """Pages as Redis strings under ``key_prefix`` (see :class:`RedisOptions`).
 
     Construction never contacts the server, so an engine can start while Redis is down; the client
-    is built on first use and faults become misses / ``False``. ``raw_store()`` is a mapping over the
-    stored records (storage key → bytes) for tools and tests.
+    is built on first use and faults become misses / ``False``. ``options`` are the parsed options,
+    ``client()`` the redis-py client and ``key_prefix`` what every Redis key starts with (tools reach
+    the stored records through them: :class:`~hicache_storage_redis.raw_store.RedisRawStore`).
     """
 
     Options = RedisOptions
@@ -74,10 +79,13 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
         """With ``ttl_s`` every written page expires on its own (Redis ``PX``)."""
         return replace(cls.capabilities, ttl=True) if options.ttl_s is not None else cls.capabilities
 
-    def __init__(self, config: HiCacheStorageConfig) -> None:
-        super().__init__(config)
-        options = self.options
-        self.timeout_s = options.socket_timeout_s or self.io_timeout_s
+    def __init__(self, setup: BackendSetup[RedisOptions]) -> None:
+        options = setup.options
+        #: The parsed options (endpoint, credentials, TLS, key prefix ...).
+        self.options = options
+        self.counters = setup.counters
+        #: Each socket wait's limit: ``socket_timeout_s``, else the I/O timeout of the setup.
+        self.timeout_s = options.socket_timeout_s or setup.io_timeout_s
         self.key_prefix = options.key_prefix
         self._ttl_ms = options.ttl_ms
         self._chunk = options.pipeline_pages
@@ -128,10 +136,6 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
         """The Redis key holding the page of ``storage_key``."""
         return self.key_prefix + storage_key
 
-    def raw_store(self) -> RedisRawStore:
-        """Mapping storage key → stored record bytes, behind the backend's back."""
-        return RedisRawStore(self.client(), self.key_prefix)
-
     def _hasher(self) -> ThreadPoolExecutor:
         """The worker thread verifying read pages (and hashing pages ahead of writes with
         ``hash_ahead``) while other pages are on the wire, and building a cluster client (built on
@@ -145,7 +149,7 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
         return hasher
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         client = self.client()
         rkeys = [self.key_prefix + key for key in keys]
         bkeys = [rkey.encode() for rkey in rkeys]
@@ -163,7 +167,7 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
                 else:
                     results[index] = reply
         if redirected and time_left(self.timeout_s) > 0:  # MOVED/ASK (resharding): redis-py follows redirects
-            self.stats.bump("redirected_writes", len(redirected))
+            self.counters.bump("redirected_writes", len(redirected))
             pipe = client.pipeline(transaction=False)
             for index in redirected:
                 pipe.set(rkeys[index], self._codec.record(keys[index], pages[index]), px=self._ttl_ms)
@@ -180,8 +184,8 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
         if failed and len(failed) == len(outcomes):
             raise failed[0]
         if failed:
-            self.stats.bump("node_faults", len(failed))
-            self.stats.last_fault = f"node: {type(failed[0]).__name__}: {failed[0]}"[:500]
+            self.counters.bump("node_faults", len(failed))
+            self.counters.note(f"node: {type(failed[0]).__name__}: {failed[0]}"[:500])
         for group, outcome in zip(groups, outcomes, strict=True):
             if not isinstance(outcome, BaseException):
                 yield group, outcome
@@ -194,7 +198,7 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
         code = str(reply).split(" ", 1)[0]
         if code in _REDIRECT_CODES:
             return True
-        self.stats.bump(f"redis_error_{code.lower() if code.isalpha() else 'other'}")
+        self.counters.bump(f"redis_error_{code.lower() if code.isalpha() else 'other'}")
         return False
 
     def _by_node(self, client: Any, rkeys: list[str], span: range) -> list[tuple[Any, list[int]]]:
@@ -210,7 +214,7 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
             group[1].append(index)
         return list(groups.values())
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         want = HEADER_SIZE + context.page_bytes
         client = self.client()
         hasher = self._hasher()
@@ -228,7 +232,7 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
                 else:
                     results[index] = self._check(reply, keys[index], pages[index], want)
         if redirected and time_left(self.timeout_s) > 0:  # MOVED/ASK: redis-py follows redirects
-            self.stats.bump("redirected_reads", len(redirected))
+            self.counters.bump("redirected_reads", len(redirected))
             pipe = client.pipeline(transaction=False)
             for index in redirected:
                 pipe.get(rkeys[index])
@@ -244,10 +248,10 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
         try:
             parsed = self._codec.check_header(reply.header, key, want - HEADER_SIZE)
         except PageRecordError:
-            self.stats.bump("integrity_failures")
+            self.counters.bump("integrity_failures")
             return False
         if reply.digest() != parsed.checksum or not self._codec.tag_ok(parsed, key, page):
-            self.stats.bump("integrity_failures")
+            self.counters.bump("integrity_failures")
             return False
         return True
 
@@ -255,7 +259,7 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
         if value is None:
             return False
         if len(value) != want or not self._codec.decode_into(value, key, page):
-            self.stats.bump("integrity_failures")
+            self.counters.bump("integrity_failures")
             return False
         return True
 
@@ -339,4 +343,4 @@ class RedisBackend(HiCacheStorage[RedisOptions]):
             client.close()
 
     def __repr__(self) -> str:
-        return f"<RedisBackend {self.options!r} closed={self.closed}>"
+        return f"<RedisBackend {self.options!r}>"

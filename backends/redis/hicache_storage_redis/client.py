@@ -17,7 +17,7 @@ from redis.retry import Retry
 
 from .options import RedisOptions, parse_node
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_client", "client_kwargs"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_client", "client_kwargs", "server_addresses"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6379
@@ -57,14 +57,22 @@ def build_client(options: RedisOptions, timeout_s: float) -> Any:
         return redis.Redis(
             host=options.host or DEFAULT_HOST, port=options.port or DEFAULT_PORT, db=options.db, **kwargs
         )
-    nodes = [_cluster_node(*parse_node(node, "extra_config.nodes")) for node in options.nodes or []]
     if options.url is not None:
         parts = urlsplit(options.url)
-        nodes.insert(0, _cluster_node(parts.hostname or DEFAULT_HOST, parts.port or DEFAULT_PORT))
         if options.username is None and parts.username:
             kwargs["username"] = unquote(parts.username)
         if options.password is None and parts.password:
             kwargs["password"] = unquote(parts.password)
-    elif options.host is not None or not nodes:
-        nodes.insert(0, _cluster_node(options.host or DEFAULT_HOST, options.port or DEFAULT_PORT))
+    nodes = [_cluster_node(host, port) for host, port in server_addresses(options)]
     return RedisCluster(startup_nodes=nodes, require_full_coverage=True, **kwargs)
+
+
+def server_addresses(options: RedisOptions) -> list[tuple[str, int]]:
+    """(host, port) of the server, or of the cluster's startup nodes, that the client connects to."""
+    nodes = [parse_node(node, "extra_config.nodes") for node in options.nodes or []] if options.cluster else []
+    if options.url is not None:
+        parts = urlsplit(options.url)
+        nodes.insert(0, (parts.hostname or DEFAULT_HOST, parts.port or DEFAULT_PORT))
+    elif options.host is not None or not nodes:
+        nodes.insert(0, (options.host or DEFAULT_HOST, options.port or DEFAULT_PORT))
+    return nodes

@@ -7,8 +7,7 @@ import re
 from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
-from hicache_storage import ConfigError
-from hicache_storage.options import secret_option, secret_option_names
+from hicache_storage.plugin import ConfigError, secret_option, secret_option_names
 from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["HASH_AHEAD_MIN_CPUS", "RedisOptions", "parse_node", "redact_url"]

@@ -1,4 +1,4 @@
-"""Fixtures: real Redis servers on 127.0.0.1 started through scripts/services."""
+"""Fixtures: the checkout's Redis test servers (scripts/services), and private ones tests may stop."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hicache_storage_redis import RedisBackend
 from redis_support import control, settings
 
+from hicache_storage.testing.fault_figures import figures_summary
 from hicache_storage.testing.fixtures import BackendFactory
+from hicache_storage.testing.outage import PrivateServices
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +37,29 @@ def cluster_nodes(env: dict[str, str]) -> list[str]:
     return env["HICACHE_TEST_REDIS_CLUSTER_NODES"].split(",")
 
 
+@pytest.fixture(scope="module")
+def services() -> Iterator[PrivateServices]:
+    """Servers private to one test module (started on demand by the tests, stopped afterwards)."""
+    owned = PrivateServices()
+    try:
+        yield owned
+    finally:
+        owned.close()
+
+
 @pytest.fixture
-def open_backend() -> Iterator[BackendFactory[RedisBackend]]:
-    """Factory: ``open_backend(options, pool=None)`` under a fresh key prefix; cleared and closed afterwards."""
+def open_backend() -> Iterator[BackendFactory]:
+    """Factory: ``open_backend(options, pool=None)`` (a ``HiCacheStorage`` over the redis backend) under a
+    fresh key prefix; cleared and closed afterwards."""
     factory = BackendFactory(RedisBackend, lambda: {"key_prefix": f"t{secrets.token_hex(4)}:"})
     yield factory
     factory.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the figures the fault tests measured (recovery times, worst calls against the deadline)."""
+    lines = figures_summary()
+    if lines:
+        terminalreporter.write_sep("-", "redis fault figures")
+        for line in lines:
+            terminalreporter.write_line(line)

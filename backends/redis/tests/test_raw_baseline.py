@@ -13,6 +13,7 @@ from hicache_storage_redis.raw_baseline import RawRedis
 
 from hicache_storage import make_config
 from hicache_storage.cli.bench import run_bench
+from hicache_storage.plugin import raw_baseline_for
 from hicache_storage.testing import check_raw_client
 
 pytestmark = pytest.mark.timeout(60)
@@ -26,20 +27,26 @@ def options(request: pytest.FixtureRequest) -> dict[str, Any]:
     return {"cluster": True, "nodes": request.getfixturevalue("cluster_nodes"), "key_prefix": prefix}
 
 
+def raw_redis(options: dict[str, Any]) -> RawRedis:
+    """The raw baseline ``hicache-storage bench`` builds for the redis backend with ``options``."""
+    raw = raw_baseline_for(RedisBackend, make_config(extra_config=options))
+    assert isinstance(raw, RawRedis)
+    return raw
+
+
 def pages(count: int, size: int) -> list[memoryview]:
     return [memoryview(bytearray(os.urandom(size))) for _ in range(count)]
 
 
 def test_round_trip_exists_and_close(options: dict[str, Any]) -> None:
-    raw = RedisBackend.raw_baseline(make_config(extra_config=options))
-    assert isinstance(raw, RawRedis)
+    raw = raw_redis(options)
     try:
         keys, _data = check_raw_client(raw)
         stored = list(raw.client.scan_iter(match=f"{options['key_prefix']}*"))
         assert sorted(stored) == sorted(f"{options['key_prefix']}raw-baseline/{key}".encode() for key in keys)
     finally:
         raw.close()
-    check = RedisBackend.raw_baseline(make_config(extra_config=options))
+    check = raw_redis(options)
     try:
         assert check.exists(keys) == [False] * 5
     finally:
@@ -47,7 +54,7 @@ def test_round_trip_exists_and_close(options: dict[str, Any]) -> None:
 
 
 def test_ttl_applies_to_raw_writes(redis_url: str) -> None:
-    raw = RedisBackend.raw_baseline(make_config(extra_config={"url": redis_url, "key_prefix": "t-ttl:", "ttl_s": 60}))
+    raw = raw_redis({"url": redis_url, "key_prefix": "t-ttl:", "ttl_s": 60})
     try:
         raw.set(["k"], pages(1, 64))
         assert 0 < raw.client.pttl(raw.key("k")) <= 60_000
@@ -64,7 +71,7 @@ def test_bench_reports_ratios_against_redis_py(options: dict[str, Any]) -> None:
         assert all(result["ratio_ours_over_raw"][op] > 0 for op in ("set", "exists", "get"))
         print("redis" + (" cluster" if options.get("cluster") else ""), result["ratio_ours_over_raw"])
     finally:
-        raw = RedisBackend.raw_baseline(make_config(extra_config=options))
+        raw = raw_redis(options)
         leftover = list(raw.client.scan_iter(match=f"{options['key_prefix']}*"))
         for key in leftover:
             raw.client.delete(key)
@@ -73,7 +80,7 @@ def test_bench_reports_ratios_against_redis_py(options: dict[str, Any]) -> None:
 
 
 def test_server_down_raises_from_the_raw_client() -> None:
-    raw = RedisBackend.raw_baseline(make_config(extra_config={"url": "redis://127.0.0.1:1/0", "socket_timeout_s": 0.5}))
+    raw = raw_redis({"url": "redis://127.0.0.1:1/0", "socket_timeout_s": 0.5})
     try:
         with pytest.raises(redis.ConnectionError):
             raw.exists(["k"])

@@ -1,4 +1,8 @@
-"""Tests of the redis backend against real servers on 127.0.0.1 (standalone, cluster, AUTH, maxmemory)."""
+"""Tests of what is the redis backend's own, against real servers on 127.0.0.1: its record and wire
+format, options, key prefixes, cluster routing, AUTH, ACL and maxmemory replies.
+
+Round trips, batches, damage, delete, clear, bad input and outages are the conformance suite's
+(test_redis_conformance.py)."""
 
 from __future__ import annotations
 
@@ -13,21 +17,20 @@ import pytest
 import redis
 import torch
 from hicache_storage_redis import RedisBackend
-from redis_support import control
+from redis_support import raw_store
 
-from hicache_storage import ConfigError, HostKVPool, load_backend, make_config
-from hicache_storage.plugin.page_format import HEADER_SIZE, encode_record
+from hicache_storage import ConfigError, HiCacheStorage, HostKVPool, make_config
+from hicache_storage.plugin.page_format import encode_record
 from hicache_storage.testing import (
     FAST_RESILIENCE,
     PAGE_SIZE,
-    check_outage_and_recovery,
+    make_backend,
     make_pool,
     page_bytes,
     page_indices,
     random_keys,
 )
-
-FAST = FAST_RESILIENCE
+from hicache_storage.testing.fixtures import DAMAGES, check_damaged_page_is_a_counted_miss
 
 
 def free_port() -> int:
@@ -76,20 +79,7 @@ def guarded_server() -> Iterator[dict[str, Any]]:
         process.wait(timeout=10)
 
 
-# ----------------------------------------------------------------------------- round trips
-@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
-@pytest.mark.parametrize("is_mla", [False, True], ids=["mha", "mla"])
-def test_v1_round_trip_is_byte_exact(redis_url: str, open_backend: Any, layout: str, is_mla: bool) -> None:
-    pool = make_pool(layout=layout, is_mla=is_mla)
-    backend = open_backend({"url": redis_url}, pool)
-    keys = random_keys(5)
-    written = [page_bytes(pool, p) for p in range(5)]
-    assert backend.batch_set_v1(keys, page_indices(0, 5)) == [True] * 5
-    assert backend.batch_get_v1(keys, page_indices(8, 5)) == [True] * 5
-    assert [page_bytes(pool, p) for p in range(8, 13)] == written
-    assert backend.batch_exists(keys) == 5
-
-
+# ----------------------------------------------------------------------------- wire format and options
 def test_v0_and_v1_interoperate_and_pipelines_are_chunked(redis_url: str, open_backend: Any) -> None:
     pool = make_pool()
     backend = open_backend({"url": redis_url, "pipeline_pages": 3}, pool)
@@ -113,7 +103,7 @@ def test_every_record_header_is_right_with_or_without_the_hash_helper(
     assert backend.options.hashes_ahead is hash_ahead
     keys = random_keys(40)
     assert backend.batch_set_v1(keys, page_indices(0, 40)) == [True] * 40
-    stored = backend.raw_store()
+    stored = raw_store(backend)
     for number, key in enumerate(keys):
         storage_key = backend.keyspace.storage_key(key)
         record = stored[storage_key]
@@ -131,24 +121,15 @@ def test_hash_helper_by_default_only_with_spare_cpus(monkeypatch: pytest.MonkeyP
         assert redis_options.RedisOptions(hash_ahead=not expected).hashes_ahead is (not expected)
 
 
-def test_partial_hits_and_misses(redis_url: str, open_backend: Any) -> None:
-    backend = open_backend({"url": redis_url})
-    keys = random_keys(4)
-    assert backend.batch_set_v1([keys[0], keys[2]], page_indices(0, 2)) == [True, True]
-    assert backend.batch_exists_each(keys) == [True, False, True, False]
-    assert backend.batch_exists(keys) == 1
-    assert backend.batch_get_v1(keys, page_indices(4, 4)) == [True, False, True, False]
-
-
 def test_one_set_stores_header_and_payload(redis_url: str, open_backend: Any) -> None:
     pool = make_pool()
     backend = open_backend({"url": redis_url, "ttl_s": 30}, pool)
     (key,) = random_keys(1)
     assert backend.batch_set_v1([key], page_indices(0, 1)) == [True]
     skey = backend.keyspace.storage_key(key)
-    stored = backend.raw_store()[skey]
+    stored = raw_store(backend)[skey]
     assert stored == encode_record([memoryview(page_bytes(pool, 0))], skey)
-    ttl_ms = backend.client().pttl(backend.redis_key(skey))
+    ttl_ms = backend.backend.client().pttl(backend.backend.redis_key(skey))
     assert 0 < ttl_ms <= 30_000
 
 
@@ -161,15 +142,14 @@ def test_ttl_expiry_is_a_miss(redis_url: str, open_backend: Any) -> None:
     assert backend.batch_get_v1(keys, page_indices(2, 2)) == [False, False]
 
 
-# ----------------------------------------------------------------------------- isolation, clear, delete
-def test_prefixes_and_models_are_isolated_and_clear_is_scoped(redis_url: str, open_backend: Any) -> None:
+# ----------------------------------------------------------------------------- key prefixes
+def test_key_prefixes_are_isolated_and_clear_is_scoped_to_one(redis_url: str, open_backend: Any) -> None:
+    """Two key prefixes on one server share nothing; clear() of one leaves the other and foreign keys."""
     keys = random_keys(3)
     a = open_backend({"url": redis_url})
     b = open_backend({"url": redis_url})
-    other_model = open_backend({"url": redis_url, "key_prefix": a.key_prefix}, model="other")
     assert a.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
     assert b.batch_exists_each(keys) == [False] * 3
-    assert other_model.batch_exists_each(keys) == [False] * 3
     assert b.batch_set_v1(keys, page_indices(0, 3)) == [True] * 3
     foreign = redis.Redis.from_url(redis_url)
     foreign.set("unrelated-key", b"keep")
@@ -181,37 +161,26 @@ def test_prefixes_and_models_are_isolated_and_clear_is_scoped(redis_url: str, op
     foreign.close()
 
 
-def test_delete_removes_pages(redis_url: str, open_backend: Any) -> None:
-    backend = open_backend({"url": redis_url})
-    keys = random_keys(3)
-    backend.batch_set_v1(keys, page_indices(0, 3))
-    assert backend.delete(keys[:2]) == [True, True]
-    assert backend.batch_exists_each(keys) == [False, False, True]
-
-
-# ----------------------------------------------------------------------------- integrity
-@pytest.mark.parametrize("damage", ["flip", "truncate", "extend", "garbage"])
+# ----------------------------------------------------------------------------- damaged records
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_damaged_record_is_a_counted_miss(redis_url: str, open_backend: Any, damage: str) -> None:
-    pool = make_pool()
-    backend = open_backend({"url": redis_url}, pool)
+    """Beyond the suite's misses: each one is counted in ``integrity_failures``, and ``exists`` (STRLEN)
+    reports a record only at its exact size."""
+    backend = open_backend({"url": redis_url})
+    check_damaged_page_is_a_counted_miss(backend, raw_store(backend), damage)
+
+
+def test_record_one_byte_too_long_is_not_a_page(redis_url: str, open_backend: Any) -> None:
+    backend = open_backend({"url": redis_url})
     keys = random_keys(2)
     assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
-    store = backend.raw_store()
+    store = raw_store(backend)
+    assert backend.keyspace is not None
     skey = backend.keyspace.storage_key(keys[0])
-    record = bytearray(store[skey])
-    if damage == "flip":
-        record[-5] ^= 0xFF
-    elif damage == "truncate":
-        del record[len(record) // 2 :]
-    elif damage == "extend":
-        record += b"x"
-    else:
-        record[:HEADER_SIZE] = bytes(HEADER_SIZE)
-    store[skey] = bytes(record)
+    store[skey] += b"x"
+    assert backend.batch_exists_each(keys) == [False, True]
     assert backend.batch_get_v1(keys, page_indices(4, 2)) == [False, True]
-    assert page_bytes(pool, 5) == page_bytes(pool, 1)
     assert backend.stats.get("integrity_failures") == 1
-    assert backend.batch_exists_each(keys) == [damage == "flip" or damage == "garbage", True]
 
 
 # ----------------------------------------------------------------------------- cluster
@@ -220,13 +189,13 @@ def test_cluster_round_trip_spans_every_node_and_clear_reaches_all(cluster_nodes
     backend = open_backend({"cluster": True, "nodes": cluster_nodes, "pipeline_pages": 8}, pool)
     keys = random_keys(30)
     assert backend.batch_set_v1(keys, page_indices(0, 30)) == [True] * 30
-    client = backend.client()
-    owners = {client.get_node_from_key(backend.redis_key(backend.keyspace.storage_key(k))).name for k in keys}
+    client = backend.backend.client()
+    owners = {client.get_node_from_key(backend.backend.redis_key(backend.keyspace.storage_key(k))).name for k in keys}
     assert len(owners) == len(cluster_nodes)
     assert backend.batch_get_v1(keys, page_indices(32, 30)) == [True] * 30
     assert [page_bytes(pool, p) for p in range(32, 62)] == [page_bytes(pool, p) for p in range(30)]
     assert backend.batch_exists(keys) == 30
-    assert len([key for key in backend.raw_store() if "._manifest." not in key]) == 30  # the key-space manifest aside
+    assert len([key for key in raw_store(backend) if "._manifest." not in key]) == 30  # the key-space manifest aside
     backend.clear()
     assert backend.batch_exists_each(keys) == [False] * 30
 
@@ -234,9 +203,9 @@ def test_cluster_round_trip_spans_every_node_and_clear_reaches_all(cluster_nodes
 def test_cluster_write_after_redirect_falls_back(cluster_nodes: list[str], open_backend: Any) -> None:
     backend = open_backend({"cluster": True, "nodes": cluster_nodes})
     keys = random_keys(6)
-    client = backend.client()
+    client = backend.backend.client()
     # Point every slot of the first key's node at the wrong node: the first SETs get MOVED replies.
-    rkey = backend.redis_key(backend.keyspace.storage_key(keys[0]))
+    rkey = backend.backend.redis_key(backend.keyspace.storage_key(keys[0]))
     right = client.get_node_from_key(rkey)
     wrong = next(n for n in client.get_primaries() if n.name != right.name)
     slot = client.keyslot(rkey)
@@ -252,11 +221,11 @@ def test_password_auth_works_and_never_leaks(guarded_server: dict[str, Any], ope
     good = open_backend({"host": "127.0.0.1", "port": port, "password": password})
     keys = random_keys(2)
     assert good.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
-    wrong = open_backend({"url": f"redis://:not-{password}@127.0.0.1:{port}/0", "resilience": FAST})
+    wrong = open_backend({"url": f"redis://:not-{password}@127.0.0.1:{port}/0", "resilience": FAST_RESILIENCE})
     assert wrong.batch_exists_each(keys) == [False, False]
     assert wrong.batch_set_v1(keys, page_indices(0, 2)) == [False, False]
     for backend in (good, wrong):
-        shown = repr(backend) + repr(backend.options) + str(backend.get_stats())
+        shown = repr(backend) + repr(backend.backend) + repr(backend.options) + str(backend.get_stats())
         assert password not in shown
     assert wrong.get_stats()["faults"] >= 1
     wrong.close()
@@ -315,31 +284,21 @@ def page_bytes_n(pool: HostKVPool, page: int) -> bytes:
     return bytes(pool.get_data_page(page * int(pool.page_size)).view(torch.uint8).numpy())
 
 
-# ----------------------------------------------------------------------------- faults
+# ----------------------------------------------------------------------------- construction, options
 def test_construction_with_server_down_then_bounded_misses() -> None:
-    config = make_config("m", extra_config={"host": "127.0.0.1", "port": free_port(), "resilience": FAST})
-    backend = RedisBackend(config)
-    backend.register_mem_pool_host(make_pool())
+    """Construction never contacts the server: an instance over a closed port builds, then answers misses
+    and ``False`` within the deadline."""
+    storage = make_backend(RedisBackend, {"host": "127.0.0.1", "port": free_port(), "resilience": FAST_RESILIENCE})
     keys = random_keys(3)
     begin = time.monotonic()
-    assert backend.batch_exists(keys) == 0
-    assert backend.batch_set_v1(keys, page_indices(0, 3)) == [False] * 3
-    assert backend.batch_get_v1(keys, page_indices(4, 3)) == [False] * 3
+    assert storage.batch_exists(keys) == 0
+    assert storage.batch_set_v1(keys, page_indices(0, 3)) == [False] * 3
+    assert storage.batch_get_v1(keys, page_indices(4, 3)) == [False] * 3
     assert time.monotonic() - begin < 5
-    assert backend.get_stats()["faults"] >= 1
-    backend.close()
+    assert storage.get_stats()["faults"] >= 1
+    storage.close()
 
 
-@pytest.mark.parametrize("service", ["redis", "redis-cluster"])
-def test_server_stopped_then_restarted(
-    service: str, redis_url: str, cluster_nodes: list[str], open_backend: Any
-) -> None:
-    options = {"url": redis_url} if service == "redis" else {"cluster": True, "nodes": cluster_nodes}
-    backend = open_backend({**options, "resilience": FAST})
-    check_outage_and_recovery(backend, lambda: control("stop", service), lambda: control("start", service))
-
-
-# ----------------------------------------------------------------------------- options
 @pytest.mark.parametrize(
     ("options", "named"),
     [
@@ -362,29 +321,24 @@ def test_server_stopped_then_restarted(
 )
 def test_bad_options_raise_config_error_naming_them(options: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        RedisBackend(make_config("m", extra_config=options))
+        HiCacheStorage(RedisBackend, make_config("m", extra_config=options))
     assert caught.value.option == named
 
 
 def test_secret_of_wrong_type_is_not_echoed() -> None:
     with pytest.raises(ConfigError) as caught:
-        RedisBackend(make_config("m", extra_config={"password": 98765432}))
+        HiCacheStorage(RedisBackend, make_config("m", extra_config={"password": 98765432}))
     assert caught.value.option == "extra_config.password"
     assert "98765432" not in str(caught.value)
 
 
 def test_url_credentials_are_redacted() -> None:
-    backend = RedisBackend(make_config("m", extra_config={"url": "rediss://user:hunter2@127.0.0.1:1/0"}))
-    assert "hunter2" not in repr(backend)
-    assert backend.options.uses_tls
-    backend.close()
-
-
-def test_entry_point_loads(redis_url: str) -> None:
-    backend = load_backend("redis", make_config("m", extra_config={"url": redis_url}))
-    assert isinstance(backend, RedisBackend)
-    assert backend.capabilities.may_evict and backend.capabilities.verifies_integrity
-    backend.close()
+    storage = HiCacheStorage(
+        RedisBackend, make_config("m", extra_config={"url": "rediss://user:hunter2@127.0.0.1:1/0"})
+    )
+    assert "hunter2" not in repr(storage.backend) + repr(storage.options)
+    assert storage.options.uses_tls
+    storage.close()
 
 
 def test_ttl_is_declared_only_with_ttl_s(open_backend: Any, redis_url: str) -> None:
@@ -393,4 +347,5 @@ def test_ttl_is_declared_only_with_ttl_s(open_backend: Any, redis_url: str) -> N
     assert backend.capabilities.ttl
     keys = random_keys(1)
     assert backend.batch_set_v1(keys, page_indices(0, 1)) == [True]
-    assert 0 < backend.client().pttl(backend.redis_key(backend.pool_keyspace().storage_key(keys[0]))) <= 30_000
+    redis_key = backend.backend.redis_key(backend.pool_keyspace().storage_key(keys[0]))
+    assert 0 < backend.backend.client().pttl(redis_key) <= 30_000
