@@ -1,13 +1,22 @@
-"""The base class's rules, checked through the in-memory reference backend."""
+"""The caller API's rules, checked through the in-memory reference backend."""
 
 from collections.abc import Sequence
 
 import pytest
 import torch
-from core_support import MemoryBackend, page_indices
+from core_support import MemoryBackend, memory_of, page_indices
 
-from hicache_storage import BackendFault, ConfigError, HostKVPool, InvalidKeyError, InvalidRequestError, make_config
-from hicache_storage.contract import UnsupportedOperation
+from hicache_storage import (
+    BackendFault,
+    ConfigError,
+    HiCacheStorage,
+    HostKVPool,
+    InvalidKeyError,
+    InvalidRequestError,
+    UnsupportedOperation,
+    make_config,
+)
+from hicache_storage.plugin import raw_baseline_for
 
 
 def pages_equal(pool: HostKVPool, a: int, b: int) -> bool:
@@ -70,10 +79,10 @@ def test_empty_batches(backend):
 )
 def test_invalid_requests_raise_value_error_and_store_nothing(backend, call, error):
     backend.batch_set_v1(["keep"], page_indices(5))
-    before = dict(backend.records)
+    before = dict(memory_of(backend).records)
     with pytest.raises(ValueError, match=error):
         call(backend)
-    assert backend.records == before
+    assert memory_of(backend).records == before
 
 
 def test_key_errors_are_invalid_key_errors(backend):
@@ -83,7 +92,7 @@ def test_key_errors_are_invalid_key_errors(backend):
 
 
 def test_calls_before_pool_registration_fail_clearly():
-    b = MemoryBackend(make_config())
+    b = HiCacheStorage(MemoryBackend, make_config())
     with pytest.raises(InvalidRequestError, match="register_mem_pool_host"):
         b.batch_exists(["a"])
 
@@ -91,13 +100,13 @@ def test_calls_before_pool_registration_fail_clearly():
 def test_batches_are_split_at_max_batch_size(backend):
     keys = [f"k{i}" for i in range(40)]
     backend.batch_set_v1(keys, page_indices(*range(40)))
-    assert [n for op, n in backend.primitive_calls if op == "write"] == [16, 16, 8]
+    assert [n for op, n in memory_of(backend).primitive_calls if op == "write"] == [16, 16, 8]
     assert backend.batch_exists(keys) == 40
 
 
 class Faulty(MemoryBackend):
-    def __init__(self, config):
-        super().__init__(config)
+    def __init__(self, setup):
+        super().__init__(setup)
         self.broken = True
 
     def read_pages(self, keys: Sequence[str], pages, context):
@@ -117,7 +126,7 @@ class Faulty(MemoryBackend):
 
 
 def test_faults_become_misses_and_are_counted(pool):
-    b = Faulty(make_config(extra_config={"resilience": False}))
+    b = HiCacheStorage(Faulty, make_config(extra_config={"resilience": False}))
     b.register_mem_pool_host(pool)
     assert b.batch_set_v1(["a"], page_indices(0)) == [False]
     assert b.batch_get_v1(["a"], page_indices(1)) == [False]
@@ -127,7 +136,7 @@ def test_faults_become_misses_and_are_counted(pool):
     stats = b.get_stats()
     assert stats["faults"] == 5
     assert "reset by peer" in stats["last_fault"] or "timed out" in stats["last_fault"]
-    b.broken = False
+    b.backend.broken = False
     assert b.batch_set_v1(["a"], page_indices(0)) == [True]
 
 
@@ -137,7 +146,7 @@ class WrongLength(MemoryBackend):
 
 
 def test_primitive_returning_wrong_shape_is_a_counted_fault(pool):
-    b = WrongLength(make_config(extra_config={"resilience": False}))
+    b = HiCacheStorage(WrongLength, make_config(extra_config={"resilience": False}))
     b.register_mem_pool_host(pool)
     assert b.batch_exists_each(["a", "b"]) == [False, False]
     assert b.get_stats()["counters"]["contract_violations"] == 1
@@ -156,7 +165,7 @@ class NoDelete(MemoryBackend):
 
 
 def test_delete_without_capability_is_refused(pool):
-    b = NoDelete(make_config())
+    b = HiCacheStorage(NoDelete, make_config())
     b.register_mem_pool_host(pool)
     with pytest.raises(UnsupportedOperation):
         b.delete(["a"])
@@ -165,7 +174,7 @@ def test_delete_without_capability_is_refused(pool):
 
 
 def test_close_is_idempotent_and_context_manager_closes(pool):
-    with MemoryBackend(make_config()) as b:
+    with HiCacheStorage(MemoryBackend, make_config()) as b:
         b.register_mem_pool_host(pool)
     assert b.closed
     b.close()
@@ -175,7 +184,7 @@ def test_close_is_idempotent_and_context_manager_closes(pool):
 
 def test_unknown_option_names_the_option():
     with pytest.raises(ConfigError, match=r"extra_config\.colour: unknown option"):
-        MemoryBackend(make_config(extra_config={"colour": "red"}))
+        HiCacheStorage(MemoryBackend, make_config(extra_config={"colour": "red"}))
 
 
 def test_too_large_pages_are_refused_at_registration(pool):
@@ -183,15 +192,15 @@ def test_too_large_pages_are_refused_at_registration(pool):
         capabilities = MemoryBackend.capabilities.with_overrides({"max_page_bytes": 16})
 
     with pytest.raises(ConfigError, match="max_page_bytes=16"):
-        Small(make_config()).register_mem_pool_host(pool)
+        HiCacheStorage(Small, make_config()).register_mem_pool_host(pool)
 
 
 def test_isolation_by_config(pool):
     shared: dict[str, bytes] = {}
 
     def make(**kw):
-        b = MemoryBackend(make_config(**kw))
-        b.records = shared
+        b = HiCacheStorage(MemoryBackend, make_config(**kw))
+        memory_of(b).records = shared
         b.register_mem_pool_host(pool)
         return b
 
@@ -205,21 +214,34 @@ def test_isolation_by_config(pool):
     assert make(tp_rank=1, tp_size=2, is_mla_model=True).batch_exists(["m"]) == 1
 
 
-def test_options_from_config_matches_what_an_instance_uses() -> None:
+def test_options_and_timeout_reach_the_backend_and_its_raw_baseline() -> None:
     from dataclasses import dataclass
 
     @dataclass(frozen=True)
     class Opts:
         size: int = 1
 
+    seen: list[tuple[Opts, float]] = []
+
+    class Raw:
+        @classmethod
+        def from_options(cls, options: Opts, timeout_s: float) -> tuple[Opts, float]:
+            return options, timeout_s
+
     class WithOptions(MemoryBackend):
         Options = Opts
+        raw_baseline_class = Raw  # type: ignore[assignment]
+
+        def __init__(self, setup):
+            super().__init__(setup)
+            seen.append((setup.options, setup.io_timeout_s))
 
     config = make_config("m", extra_config={"size": 7, "namespace": "n", "resilience": {"deadline_s": 2.5}})
-    options, timeout = WithOptions.options_from_config(config)
-    instance = WithOptions(config)
-    assert options == instance.options == Opts(size=7)
-    assert timeout == instance.io_timeout_s == 2.5
-    assert WithOptions.options_from_config(make_config("m"))[1] == WithOptions.DEFAULT_IO_TIMEOUT_S
+    instance = HiCacheStorage(WithOptions, config)
+    assert seen == [(Opts(size=7), 2.5)] and instance.options == Opts(size=7) and instance.io_timeout_s == 2.5
+    assert raw_baseline_for(WithOptions, config) == (Opts(size=7), 2.5)
+    assert raw_baseline_for(WithOptions, make_config("m"))[1] == 5.0  # type: ignore[index]
+    assert HiCacheStorage(WithOptions, config, resilience=False).io_timeout_s == 5.0
     with pytest.raises(ConfigError, match=r"extra_config\.size"):
-        WithOptions.options_from_config(make_config("m", extra_config={"size": "big"}))
+        raw_baseline_for(WithOptions, make_config("m", extra_config={"size": "big"}))
+    assert raw_baseline_for(MemoryBackend, config) is None

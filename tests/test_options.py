@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from hicache_storage import ConfigError, make_config
+from hicache_storage import ConfigError, load_backend, make_config
 from hicache_storage.options import ALLOW_NONFINITE, option_help, parse_options
 from hicache_storage.resilience import ResilienceOptions
 
@@ -102,7 +102,7 @@ def test_extra_config_must_be_a_dict(extra):
     config = make_config("m")
     config.extra_config = extra
     with pytest.raises(ConfigError, match=r"extra_config: expected a dict") as info:
-        SimBackend(config)
+        load_backend(SimBackend, config)
     assert info.value.option == "extra_config"
     assert type(extra).__name__ in str(info.value)
 
@@ -111,9 +111,9 @@ def test_sdk_options_inside_extra_config_are_checked_too():
     from hicache_storage_sim import SimBackend
 
     with pytest.raises(ConfigError, match="finite"):
-        SimBackend(make_config("m", extra_config={"resilience": {"deadline_s": math.nan}}))
+        load_backend(SimBackend, make_config("m", extra_config={"resilience": {"deadline_s": math.nan}}))
     with pytest.raises(ConfigError, match="finite"):
-        SimBackend(make_config("m", extra_config={"sim_write_gbps": math.inf}))
+        load_backend(SimBackend, make_config("m", extra_config={"sim_write_gbps": math.inf}))
 
 
 def test_secret_options_required_and_factory_defaults_are_never_echoed() -> None:

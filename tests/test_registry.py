@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_storage import ApiVersionError, BackendLoadError, make_config
+from hicache_storage import ApiVersionError, BackendLoadError, HiCacheStorage, make_config
 from hicache_storage.registry import (
     available_backends,
     check_api_version,
@@ -27,20 +27,33 @@ def fake_dist(root: Path, dist: str, version: str, entry_points: dict[str, str])
 
 MODULE = textwrap.dedent(
     """
-    from hicache_storage import HiCacheStorage
+    from hicache_storage.plugin import Backend
 
-    class Good(HiCacheStorage):
+    class Good(Backend):
         def write_pages(self, keys, pages, context): return [True] * len(keys)
         def read_pages(self, keys, pages, context): return [False] * len(keys)
         def pages_exist(self, keys, context): return [False] * len(keys)
 
     class Future(Good):
-        api_version = "1.9"
+        api_version = "2.9"
 
     class NextMajor(Good):
-        api_version = "2.0"
+        api_version = "3.0"
+
+    class OldFace(Good):
+        api_version = "1.1"
 
     NotABackend = object
+    """
+)
+
+#: A plugin written against API 1: a subclass of the caller class, which no longer allows it.
+OLD_SUBCLASS_MODULE = textwrap.dedent(
+    """
+    from hicache_storage import HiCacheStorage
+
+    class Legacy(HiCacheStorage):
+        def write_pages(self, keys, pages, context): return [True] * len(keys)
     """
 )
 
@@ -49,13 +62,15 @@ MODULE = textwrap.dedent(
 def plugin_path(tmp_path, monkeypatch):
     (tmp_path / "fakeplugin_mod.py").write_text(MODULE)
     (tmp_path / "broken_mod.py").write_text("raise RuntimeError('plugin import exploded')\n")
+    (tmp_path / "legacy_mod.py").write_text(OLD_SUBCLASS_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     fake_dist(tmp_path, "fake-good", "1.2.3", {"good": "fakeplugin_mod:Good", "future": "fakeplugin_mod:Future"})
     fake_dist(tmp_path, "fake-broken", "0.1", {"broken": "broken_mod:Thing", "notclass": "fakeplugin_mod:NotABackend"})
     fake_dist(tmp_path, "fake-dup-a", "1.0", {"dup": "fakeplugin_mod:Good"})
     fake_dist(tmp_path, "fake-dup-b", "2.0", {"dup": "fakeplugin_mod:Future", "major": "fakeplugin_mod:NextMajor"})
+    fake_dist(tmp_path, "fake-legacy", "0.9", {"legacy": "legacy_mod:Legacy", "oldface": "fakeplugin_mod:OldFace"})
     yield [str(tmp_path)]
-    for name in ("fakeplugin_mod", "broken_mod"):
+    for name in ("fakeplugin_mod", "broken_mod", "legacy_mod"):
         sys.modules.pop(name, None)
 
 
@@ -66,13 +81,13 @@ def test_listing_never_crashes_on_broken_plugins(plugin_path):
     assert "plugin import exploded" in infos[("broken", "fake-broken")].error
     assert "not a subclass" in infos[("notclass", "fake-broken")].error
     assert "claimed by" in infos[("dup", "fake-dup-a")].error
-    assert "API 1.9" in infos[("future", "fake-good")].error
+    assert "API 2.9" in infos[("future", "fake-good")].error
 
 
 def test_load_by_entry_point(plugin_path):
-    backend = load_backend("good", make_config(), path=plugin_path)
-    assert type(backend).__name__ == "Good"
-    assert backend.resilience is not None
+    storage = load_backend("good", make_config(), path=plugin_path)
+    assert isinstance(storage, HiCacheStorage) and type(storage.backend).__name__ == "Good"
+    assert storage.resilience is not None
     assert load_backend("good", make_config(), path=plugin_path, resilience=False).resilience is None
 
 
@@ -90,18 +105,31 @@ def test_duplicate_names_error_names_both(plugin_path):
         resolve_backend("dup", path=plugin_path)
 
 
-@pytest.mark.parametrize(("name", "pattern"), [("future", "minor version <= 1"), ("major", "major version 1")])
+@pytest.mark.parametrize(("name", "pattern"), [("future", "minor version <= 0"), ("major", "major version 2")])
 def test_api_version_check(plugin_path, name, pattern):
     with pytest.raises(ApiVersionError, match=pattern):
         resolve_backend(name, path=plugin_path)
 
 
 def test_api_version_rules():
-    check_api_version("1.0")
+    check_api_version("2.0")
     with pytest.raises(ApiVersionError, match=r"MAJOR\.MINOR"):
         check_api_version("one")
     with pytest.raises(ApiVersionError):
-        check_api_version("0.9")
+        check_api_version("2.1")
+
+
+@pytest.mark.parametrize("name", ["legacy", "oldface"])
+def test_a_plugin_of_the_old_face_gets_an_error_naming_the_new_base_class(plugin_path, name):
+    with pytest.raises(BackendLoadError, match=r"hicache_storage\.plugin\.Backend.*Migrating from API 1"):
+        resolve_backend(name, path=plugin_path)
+
+
+def test_the_caller_class_cannot_be_subclassed_or_parametrized():
+    with pytest.raises(TypeError, match=r"hicache_storage\.plugin\.Backend"):
+        type("Sub", (HiCacheStorage,), {})
+    with pytest.raises(TypeError, match=r"hicache_storage\.plugin\.Backend"):
+        HiCacheStorage[int]  # type: ignore[misc]
 
 
 def test_unknown_name_lists_known_and_hints_install(plugin_path):

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from hicache_storage.pools import BatchContext
 from hicache_storage.cli.bench import OpResult, _pool, _ratios, run_bench
 from hicache_storage.cli.commands import run
 from hicache_storage.config import make_config
-from hicache_storage.registry import register_backend, unregister_backend
+from hicache_storage.pools import BatchContext
+from hicache_storage.registry import load_backend, register_backend, unregister_backend
 
 sim = pytest.importorskip("hicache_storage_sim")
 
@@ -34,7 +34,7 @@ def test_bench_sim_reports_sane_numbers() -> None:
 def test_bench_leaves_no_pages_behind() -> None:
     result = run_bench("sim", {"store": "bench-cleanup"}, page_bytes=4096, pages=16, batch=8)
     assert result["byte_exact"] and result["sdk"]["set"]["ok"] == 16
-    after = sim.SimBackend(make_config("bench", extra_config={"store": "bench-cleanup"}))
+    after = load_backend(sim.SimBackend, make_config("bench", extra_config={"store": "bench-cleanup"}))
     try:
         after.register_mem_pool_host(_pool(4096, 16))  # the bench's pool shape: the same key space
         keys = [hashlib.sha256(f"bench-{i}".encode()).hexdigest() for i in range(16)]

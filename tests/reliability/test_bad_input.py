@@ -11,7 +11,7 @@ import pytest
 import torch
 from rel_support import PrivateServices, make_keys, make_pool, open_mooncake, round_trip_ok
 
-from hicache_storage import ConfigError, InvalidKeyError, make_config
+from hicache_storage import ConfigError, InvalidKeyError, load_backend, make_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,7 +95,9 @@ def test_one_non_string_key_makes_redis_exists_raise(services: PrivateServices) 
     from hicache_storage_redis import RedisBackend
 
     services.ctl("start", "redis")
-    backend = RedisBackend(make_config("m", extra_config={"url": services.redis_url, "key_prefix": "bad:"}))
+    backend = load_backend(
+        RedisBackend, make_config("m", extra_config={"url": services.redis_url, "key_prefix": "bad:"})
+    )
     backend.register_mem_pool_host(make_pool())
     try:
         good = make_keys(2)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from rel_support import PrivateServices, Workload, assert_clean, make_pool, record
 
-from hicache_storage import make_config
+from hicache_storage import load_backend, make_config
 
 pytest.importorskip("hicache_storage_redis")
 from hicache_storage_redis import RedisBackend
@@ -42,7 +42,7 @@ def open_backend(services: PrivateServices) -> tuple[RedisBackend, Any]:
         "breaker_reset_s": RESET_S,
     }
     extra = {"url": services.redis_url, "key_prefix": f"cb{secrets.token_hex(3)}:", "resilience": resilience}
-    backend = RedisBackend(make_config("rel-model", extra_config=extra))
+    backend = load_backend(RedisBackend, make_config("rel-model", extra_config=extra))
     backend.register_mem_pool_host(pool)
     return backend, pool
 

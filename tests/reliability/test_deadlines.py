@@ -31,7 +31,7 @@ from rel_support import (
     unit_pid,
 )
 
-from hicache_storage import HiCacheStorage, make_config
+from hicache_storage import HiCacheStorage, load_backend, make_config
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(240)]
 
@@ -110,7 +110,7 @@ def open_redis(**options: Any) -> HiCacheStorage:
     from hicache_storage_redis import RedisBackend
 
     extra = {"key_prefix": f"dl{secrets.token_hex(3)}:", "resilience": RESILIENCE, **options}
-    backend = RedisBackend(make_config("deadline-model", extra_config=extra))
+    backend = load_backend(RedisBackend, make_config("deadline-model", extra_config=extra))
     backend.register_mem_pool_host(make_pool())
     return backend
 
@@ -180,8 +180,8 @@ def open_s3(kind: str, endpoint: str, bucket: str) -> HiCacheStorage:
             "aws_secret_access_key": SECRET_KEY,
             "prefix": f"dl{secrets.token_hex(3)}",
         }
-        backend: HiCacheStorage = S3Backend(
-            make_config("deadline-model", extra_config={**extra, "resilience": RESILIENCE})
+        backend: HiCacheStorage = load_backend(
+            S3Backend, make_config("deadline-model", extra_config={**extra, "resilience": RESILIENCE})
         )
     else:
         from hicache_storage_fsspec import FsspecBackend
@@ -193,7 +193,7 @@ def open_s3(kind: str, endpoint: str, bucket: str) -> HiCacheStorage:
             "client_kwargs": {"region_name": "us-east-1"},
         }
         extra = {"url": f"s3://{bucket}/dl{secrets.token_hex(3)}", "storage_options": storage, "resilience": RESILIENCE}
-        backend = FsspecBackend(make_config("deadline-model", extra_config=extra))
+        backend = load_backend(FsspecBackend, make_config("deadline-model", extra_config=extra))
     backend.register_mem_pool_host(make_pool())
     return backend
 
@@ -240,7 +240,7 @@ def open_mooncake(services: PrivateServices, master: str) -> HiCacheStorage:
         "key_prefix": f"dl{secrets.token_hex(3)}/",
         "resilience": RESILIENCE,
     }
-    backend = MooncakeBackend(make_config("deadline-model", extra_config=extra))
+    backend = load_backend(MooncakeBackend, make_config("deadline-model", extra_config=extra))
     backend.register_mem_pool_host(make_pool())
     return backend
 

@@ -46,7 +46,7 @@ needs_mount = pytest.mark.skipif(not can_mount(), reason="mount is not available
 def _file(root: Path, **extra: Any) -> HiCacheStorage:
     from hicache_storage_file import FileBackend
 
-    return FileBackend(make_config("m", extra_config={"path": str(root), **extra}))
+    return load_backend(FileBackend, make_config("m", extra_config={"path": str(root), **extra}))
 
 
 def _s3_bucket(services: PrivateServices | None) -> str:
@@ -75,14 +75,14 @@ def open_byte_backend(kind: str, services: PrivateServices | None, tmp_path: Pat
     elif kind == "sim":
         from hicache_storage_sim import SimBackend
 
-        backend = SimBackend(make_config("m", extra_config={"store": f"int-{tmp_path.name}", **extra}))
+        backend = load_backend(SimBackend, make_config("m", extra_config={"store": f"int-{tmp_path.name}", **extra}))
     elif kind == "redis":
         from hicache_storage_redis import RedisBackend
 
         assert services is not None, "redis needs the private servers"
         services.ctl("start", "redis")
         options = {"url": services.redis_url, "key_prefix": f"int{secrets.token_hex(3)}:", **extra}
-        backend = RedisBackend(make_config("m", extra_config=options))
+        backend = load_backend(RedisBackend, make_config("m", extra_config=options))
     elif kind == "s3":
         from hicache_storage_s3 import S3Backend
 
@@ -96,7 +96,7 @@ def open_byte_backend(kind: str, services: PrivateServices | None, tmp_path: Pat
             "aws_secret_access_key": SECRET_KEY,
             **extra,
         }
-        backend = S3Backend(make_config("m", extra_config=options))
+        backend = load_backend(S3Backend, make_config("m", extra_config=options))
     else:
         from hicache_storage_fsspec import FsspecBackend
 
@@ -110,7 +110,9 @@ def open_byte_backend(kind: str, services: PrivateServices | None, tmp_path: Pat
             url = f"s3://{_s3_bucket(services)}/cache"
             assert services is not None
             storage = {"key": ACCESS_KEY, "secret": SECRET_KEY, "endpoint_url": services.s3_endpoint}
-        backend = FsspecBackend(make_config("m", extra_config={"url": url, "storage_options": storage, **extra}))
+        backend = load_backend(
+            FsspecBackend, make_config("m", extra_config={"url": url, "storage_options": storage, **extra})
+        )
     backend.register_mem_pool_host(make_pool())
     return backend
 

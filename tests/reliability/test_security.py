@@ -21,7 +21,7 @@ import torch
 from rel_support import HOST, PrivateServices, free_ports, make_keys, make_pool, round_trip_ok
 from tls_certs import make_certs
 
-from hicache_storage import HiCacheStorage, InvalidKeyError, make_config, page_hashes
+from hicache_storage import HiCacheStorage, InvalidKeyError, load_backend, make_config, page_hashes
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -62,7 +62,7 @@ def redis_server(services: PrivateServices) -> str:
 def _file(tmp_path: Path, **extra: Any) -> HiCacheStorage:
     from hicache_storage_file import FileBackend
 
-    return FileBackend(make_config("m", extra_config={"path": str(tmp_path / "store"), **extra}))
+    return load_backend(FileBackend, make_config("m", extra_config={"path": str(tmp_path / "store"), **extra}))
 
 
 def _hostile_calls(backend: HiCacheStorage, key: Any) -> list[Callable[[], Any]]:
@@ -116,7 +116,7 @@ def test_hostile_keys_redis(redis_server: str) -> None:
     import redis
     from hicache_storage_redis import RedisBackend
 
-    backend = RedisBackend(make_config("m", extra_config={"url": redis_server, "key_prefix": "hk:"}))
+    backend = load_backend(RedisBackend, make_config("m", extra_config={"url": redis_server, "key_prefix": "hk:"}))
     raw = redis.Redis.from_url(redis_server)
 
     def listing() -> set[str]:
@@ -155,7 +155,7 @@ def test_hostile_keys_s3(services: PrivateServices) -> None:
         "aws_access_key_id": "AKIAX",
         "aws_secret_access_key": SECRET_KEY,
     }
-    backend = S3Backend(make_config("m", extra_config=extra))
+    backend = load_backend(S3Backend, make_config("m", extra_config=extra))
 
     def listing() -> set[str]:
         names = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
@@ -174,7 +174,7 @@ def test_hostile_keys_fsspec(tmp_path: Path) -> None:
     from hicache_storage_fsspec import FsspecBackend
 
     root = tmp_path / "fs"
-    backend = FsspecBackend(make_config("m", extra_config={"url": f"file://{root}"}))
+    backend = load_backend(FsspecBackend, make_config("m", extra_config={"url": f"file://{root}"}))
 
     def listing() -> set[str]:
         return {p.name for p in root.rglob("*") if p.is_file()} if root.exists() else set()
@@ -275,7 +275,7 @@ def _redis_backend(**extra: Any) -> HiCacheStorage:
     from hicache_storage_redis import RedisBackend
 
     options = {"key_prefix": f"tls{secrets.token_hex(3)}:", "resilience": {"retries": 0, "deadline_s": 2.0}, **extra}
-    backend = RedisBackend(make_config("m", extra_config=options))
+    backend = load_backend(RedisBackend, make_config("m", extra_config=options))
     backend.register_mem_pool_host(make_pool())
     return backend
 
@@ -394,13 +394,13 @@ def test_s3_credentials_never_leak(caplog: pytest.LogCaptureFixture) -> None:
         "aws_session_token": token,
         "resilience": {"retries": 0, "deadline_s": 1.0},
     }
-    backend = S3Backend(make_config("m", extra_config=extra))
+    backend = load_backend(S3Backend, make_config("m", extra_config=extra))
     backend.register_mem_pool_host(make_pool())
     assert not round_trip_ok(backend)
     texts = [repr(backend), str(backend), repr(backend.options), str(backend.get_stats())]
     backend.close()
     with pytest.raises(ConfigError) as caught:
-        S3Backend(make_config("m", extra_config={**extra, "aws_secret_access_key": 12345}))
+        load_backend(S3Backend, make_config("m", extra_config={**extra, "aws_secret_access_key": 12345}))
     texts.append(str(caught.value))
     texts.append(caplog.text)
     _assert_secret_absent(SECRET_KEY, *texts)
