@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from mooncake_support import client_options
+from mooncake_support import store_options
 
 HOST = "127.0.0.1"
 P2P = "P2PHANDSHAKE"
@@ -144,7 +144,7 @@ class PrivateMaster:
 
     def options(self, **extra: Any) -> dict[str, Any]:
         """Backend options for a client of this master (this master's mode, no segment, fresh key prefix)."""
-        return client_options(**{"master_server_address": self.address, "metadata_server": self.metadata, **extra})
+        return store_options(self.address, self.metadata, **extra)
 
     def close(self) -> None:
         for child in [*self.holders, self.child]:

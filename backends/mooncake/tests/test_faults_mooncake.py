@@ -15,39 +15,19 @@ import time
 from typing import Any
 
 import pytest
-from rel_support import HOST, PrivateServices, Workload, assert_clean, make_pool, race_writers, record
+from mooncake_support import open_mooncake, open_on_ports
 
-from hicache_storage import make_config
-
-pytest.importorskip("hicache_storage_mooncake")
-from hicache_storage_mooncake import MooncakeBackend
+from hicache_storage.testing.fault_figures import record
+from hicache_storage.testing.outage import PrivateServices, Workload, assert_clean, race_writers
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(150)]
 
 RESILIENCE = {"deadline_s": 2.0, "retries": 1, "breaker_threshold": 5, "breaker_reset_s": 0.5}
 
 
-def open_mooncake(services: PrivateServices) -> tuple[MooncakeBackend, Any]:
-    rpc, http = services.mooncake_ports[0], services.mooncake_ports[1]
-    pool = make_pool()
-    extra = {
-        "master_server_address": f"{HOST}:{rpc}",
-        "metadata_server": f"http://{HOST}:{http}/metadata",
-        "global_segment_size": 0,
-        "local_buffer_size": 16 << 20,
-        "setup_retries": 1,
-        "key_prefix": f"rel{secrets.token_hex(3)}/",
-        "resilience": RESILIENCE,
-    }
-    backend = MooncakeBackend(make_config("rel-model", extra_config=extra))
-    backend.register_mem_pool_host(pool)
-    return backend, pool
-
-
 def test_mooncake_master_killed_mid_run(services: PrivateServices) -> None:
-    services.ctl("start", "mooncake")
-    backend, pool = open_mooncake(services)
-    workload = Workload(backend, pool)
+    backend = open_mooncake(services, "rel", resilience=RESILIENCE)
+    workload = Workload(backend, backend.mem_pool_host)
     stop = threading.Event()
     thread = workload.start(stop)
     try:
@@ -84,8 +64,8 @@ def test_mooncake_master_killed_mid_run(services: PrivateServices) -> None:
     record("mooncake.master_kill.max_round_s_during_outage", worst)
     record("mooncake.master_kill.same_client_recovery_s", recovery)
     # whatever the old client does, a client opened after the restart must serve
-    fresh, fresh_pool = open_mooncake(services)
-    check = Workload(fresh, fresh_pool)
+    fresh = open_mooncake(services, "rel", resilience=RESILIENCE)
+    check = Workload(fresh, fresh.mem_pool_host)
     begin = time.monotonic()
     try:
         while time.monotonic() - begin < 15:
@@ -102,8 +82,8 @@ def test_mooncake_master_killed_mid_run(services: PrivateServices) -> None:
 def test_mooncake_concurrent_overwrite_and_read_serve_right_bytes(services: PrivateServices) -> None:
     """Eight threads write and read the same 64 keys (identical content per key) for 4 s: every hit
     must hold its own key's bytes."""
-    services.ctl("start", "mooncake")
-    backend, pool = open_mooncake(services)
+    backend = open_mooncake(services, "rel", resilience=RESILIENCE)
+    pool = backend.mem_pool_host
     workloads = [Workload(backend, pool, batch=8, universe=64, salt="shared", seed=i) for i in range(8)]
     stop = threading.Event()
     threads = [w.start(stop, pause_s=0.0) for w in workloads]
@@ -126,7 +106,8 @@ def _mooncake_writer(ports: list[int], where: tuple[str, str], version: int, eve
     ready, go = events
     salt, prefix = where
     seconds = 2.5
-    backend, pool = _open_with_ports(ports, prefix)
+    backend = open_on_ports(ports, prefix, resilience=RESILIENCE)
+    pool = backend.mem_pool_host
     workload = Workload(backend, pool, batch=8, universe=32, salt=salt, versions=(version,), seed=version)
     ready.set()
     go.wait(30)
@@ -137,22 +118,6 @@ def _mooncake_writer(ports: list[int], where: tuple[str, str], version: int, eve
     backend.close()
     if workload.report.exceptions or pool.used_pages:
         raise SystemExit(f"writer {version}: {workload.report.exceptions[:3]}")
-
-
-def _open_with_ports(ports: list[int], prefix: str) -> tuple[MooncakeBackend, Any]:
-    pool = make_pool()
-    extra = {
-        "master_server_address": f"{HOST}:{ports[0]}",
-        "metadata_server": f"http://{HOST}:{ports[1]}/metadata",
-        "global_segment_size": 0,
-        "local_buffer_size": 16 << 20,
-        "setup_retries": 1,
-        "key_prefix": prefix,
-        "resilience": RESILIENCE,
-    }
-    backend = MooncakeBackend(make_config("rel-model", extra_config=extra))
-    backend.register_mem_pool_host(pool)
-    return backend, pool
 
 
 def test_mooncake_two_processes_write_the_same_keys(services: PrivateServices) -> None:
@@ -171,8 +136,8 @@ def test_mooncake_two_processes_write_the_same_keys(services: PrivateServices) -
         context.Process(target=_mooncake_writer, args=(ports, (salt, prefix), version, (ready[i], go)))
         for i, version in enumerate((1, 2))
     ]
-    backend, pool = _open_with_ports(ports, prefix)
-    reader = Workload(backend, pool, batch=8, universe=32, salt=salt, versions=(1, 2))
+    backend = open_on_ports(ports, prefix, resilience=RESILIENCE)
+    reader = Workload(backend, backend.mem_pool_host, batch=8, universe=32, salt=salt, versions=(1, 2))
     try:
         race_writers(writers, ready, go, reader, start_s=60, read_s=2.5, join_s=60)
     finally:

@@ -1,4 +1,9 @@
-"""The mooncake backend against a real mooncake_master on 127.0.0.1."""
+"""The mooncake backend against a real mooncake_master on 127.0.0.1: what is its own (options, transfer
+paths, the stored object, header checks, key prefixes, set-up and segment faults).
+
+Round trips, overwrites, integrity, delete, clear, lifecycle and the master's outage are the
+conformance suite's (test_conformance.py, both transfer modes).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +21,9 @@ from hicache_storage_mooncake.client import INSTALL_HINT
 from hicache_storage_mooncake.memory import address
 from hicache_storage_mooncake.options import parse_size
 from hicache_storage_mooncake.record import FLAG_UNHASHED, HEADER_SIZE, MAGIC, key_digest, payload_checksum
-from mooncake_support import PAGE_SIZE, client_options, ctl, indices, keys_for, make_pool, page_bytes
+from mooncake_support import PAGE_SIZE, client_options, ctl, indices, keys_for, make_pool, page_bytes, raw_store
 
-from hicache_storage import BackendFault, ConfigError, HostKVPool, available_backends, make_config
+from hicache_storage import BackendFault, ConfigError, HiCacheStorage, HostKVPool, available_backends, make_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,19 +71,20 @@ def test_options_rejected(monkeypatch: pytest.MonkeyPatch, values: dict[str, Any
         MooncakeOptions(**values)
 
 
-def test_unknown_option_is_named() -> None:
-    with pytest.raises(ConfigError, match="master_adress"):
-        MooncakeBackend(make_config("m", extra_config={"master_adress": "h:1"}))
-
-
 def test_parse_size() -> None:
     assert parse_size("16mb", "x") == 16 << 20
     assert parse_size("4 GiB", "x") == 4 << 30
     assert parse_size(123, "x") == 123
 
 
-def test_entry_point_listed() -> None:
+def test_entry_points_listed() -> None:
+    from importlib import metadata
+
+    from hicache_storage_mooncake.conformance import MooncakeHooks
+
     assert "mooncake" in [info.name for info in available_backends()]
+    (hooks,) = [e for e in metadata.entry_points(group="hicache_storage.conformance_hooks") if e.name == "mooncake"]
+    assert hooks.load() is MooncakeHooks
 
 
 def test_missing_client_gives_install_hint() -> None:
@@ -96,27 +102,11 @@ def test_missing_client_gives_install_hint() -> None:
 TRANSFERS = ("zero_copy", "staged")
 
 
-@pytest.mark.parametrize("transfer", TRANSFERS)
-@pytest.mark.parametrize(("layout", "is_mla"), [("page_first", False), ("layer_first", False), ("page_first", True)])
-def test_round_trip_v1(open_backend: Any, layout: str, is_mla: bool, transfer: str) -> None:
-    pool = make_pool(layout, is_mla)
-    backend = open_backend({"transfer": transfer}, pool=pool)
-    keys = keys_for(4)
-    expected = [page_bytes(pool, page) for page in range(4)]
-    assert backend.batch_set_v1(keys, indices(0, 4)) == [True] * 4
-    assert backend.batch_exists_each([*keys, keys_for(1)[0]]) == [True] * 4 + [False]
-    assert backend.batch_exists(keys) == 4
-    assert backend.batch_get_v1(keys, indices(8, 4)) == [True] * 4
-    assert [page_bytes(pool, 8 + n) for n in range(4)] == expected
-    counters = backend.get_stats()["counters"]
-    staged = (counters.get("mooncake_staged_writes", 0), counters.get("mooncake_staged_reads", 0))
-    assert staged == ((4, 4) if transfer == "staged" else (0, 0))
-
-
 def test_staged_and_zero_copy_clients_read_each_others_pages(open_backend: Any) -> None:
+    """Both transfers store the same object; each client moves pages the way its ``transfer`` says."""
     pool = make_pool("layer_first")
     staged = open_backend({"transfer": "staged"}, pool=pool)
-    direct = open_backend({"transfer": "zero_copy", "key_prefix": staged.key_prefix}, pool=pool)
+    direct = open_backend({"transfer": "zero_copy", "key_prefix": staged.options.key_prefix}, pool=pool)
     keys = keys_for(4)
     assert staged.batch_set_v1(keys[:2], indices(0, 2)) == [True, True]
     assert direct.batch_set_v1(keys[2:], indices(2, 2)) == [True, True]
@@ -125,6 +115,9 @@ def test_staged_and_zero_copy_clients_read_each_others_pages(open_backend: Any) 
     expected = [page_bytes(pool, n) for n in range(4)]
     assert [page_bytes(pool, 4 + n) for n in range(4)] == expected
     assert [page_bytes(pool, 8 + n) for n in range(4)] == expected
+    for client, moved in ((staged, (2, 4)), (direct, (0, 0))):
+        counters = client.get_stats()["counters"]
+        assert (counters.get("mooncake_staged_writes", 0), counters.get("mooncake_staged_reads", 0)) == moved
 
 
 def test_auto_transfer_stages_small_segments_over_tcp(open_backend: Any) -> None:
@@ -144,40 +137,11 @@ def test_auto_transfer_stages_small_segments_over_tcp(open_backend: Any) -> None
     )
 
 
-def test_v0_round_trip_and_cross_surface(open_backend: Any) -> None:
-    pool = make_pool()
-    backend = open_backend(pool=pool)
-    a, b, missing = keys_for(3)
-    value = pool.get_data_page(0).clone()
-    assert backend.batch_set([a], [value]) is True
-    got = backend.batch_get([a, missing])
-    assert got[1] is None and got[0] is not None
-    assert bytes(got[0].view(torch.uint8).numpy()) == page_bytes(pool, 0)
-    assert backend.batch_set_v1([b], indices(1, 1)) == [True]  # v1 (two segments) read back through v0
-    target = pool.get_dummy_flat_data_page()
-    assert backend.batch_get([b], [target])[0] is target
-    assert bytes(target.view(torch.uint8).numpy()) == page_bytes(pool, 1)
-    assert backend.batch_get_v1([a], indices(5, 1)) == [True]  # v0 (staged) read back through v1
-    assert page_bytes(pool, 5) == page_bytes(pool, 0)
-
-
-@pytest.mark.parametrize("transfer", TRANSFERS)
-def test_overwrite_takes_new_bytes(open_backend: Any, transfer: str) -> None:
-    for layout, mla in (("page_first", False), ("page_first", True)):
-        pool = make_pool(layout, mla)
-        backend = open_backend({"transfer": transfer}, pool=pool)
-        (key,) = keys_for(1)
-        assert backend.batch_set_v1([key], indices(0, 1)) == [True]
-        assert backend.batch_set_v1([key], indices(1, 1)) == [True]
-        assert backend.batch_get_v1([key], indices(2, 1)) == [True]
-        assert page_bytes(pool, 2) == page_bytes(pool, 1)
-
-
 def test_size_mismatch_is_a_miss(open_backend: Any) -> None:
     pool = make_pool()
     backend = open_backend(pool=pool)
     short, long = keys_for(2)
-    raw = backend.raw_store()
+    raw = raw_store(backend)
     raw[backend.keyspace.storage_key(short)] = b"x" * 10
     raw[backend.keyspace.storage_key(long)] = b"x" * (pool.bytes_per_page + 8)
     before = page_bytes(pool, 3)
@@ -192,12 +156,12 @@ def test_stored_object_is_header_then_page(open_backend: Any) -> None:
     backend = open_backend(pool=pool)
     (key,) = keys_for(1)
     assert backend.batch_set_v1([key], indices(0, 1)) == [True]
-    stored = backend.raw_store()[backend.keyspace.storage_key(key)]
+    stored = raw_store(backend)[backend.keyspace.storage_key(key)]
     magic, version, flags, _, length, digest, kd = struct.unpack_from("<4sBBHQQQ", stored)
     assert (magic, version, flags, length) == (MAGIC, 1, 0, pool.bytes_per_page)
     assert stored[HEADER_SIZE:] == page_bytes(pool, 0)
     assert digest == payload_checksum([stored[HEADER_SIZE:]])
-    assert kd == key_digest(backend.mooncake_key(backend.keyspace.storage_key(key)))
+    assert kd == key_digest(backend.backend.mooncake_key(backend.keyspace.storage_key(key)))
     assert backend.capabilities.verifies_integrity is True
 
 
@@ -209,7 +173,7 @@ def test_another_keys_bytes_are_a_miss(open_backend: Any, verify: bool, transfer
     backend = open_backend({"verify_checksum": verify, "transfer": transfer}, pool=pool)
     mine, other = keys_for(2)
     assert backend.batch_set_v1([mine, other], indices(0, 2)) == [True, True]
-    raw = backend.raw_store()
+    raw = raw_store(backend)
     raw[backend.keyspace.storage_key(mine)] = raw[backend.keyspace.storage_key(other)]
     assert backend.batch_get_v1([mine, other], indices(4, 2)) == [False, True]
     assert backend.batch_get([mine])[0] is None
@@ -222,13 +186,13 @@ def test_corruption_detection_follows_verify_checksum(open_backend: Any, transfe
     pool = make_pool()
     checked = open_backend({"transfer": transfer}, pool=pool)
     unchecked = open_backend(
-        {"key_prefix": checked.key_prefix, "verify_checksum": False, "transfer": transfer}, pool=pool
+        {"key_prefix": checked.options.key_prefix, "verify_checksum": False, "transfer": transfer}, pool=pool
     )
     assert unchecked.capabilities.verifies_integrity is False
-    assert type(unchecked).capabilities.verifies_integrity is True
+    assert MooncakeBackend.capabilities.verifies_integrity is True
     (key,) = keys_for(1)
     assert checked.batch_set_v1([key], indices(0, 1)) == [True]
-    raw = checked.raw_store()
+    raw = raw_store(checked)
     stored = bytearray(raw[checked.keyspace.storage_key(key)])
     stored[-1] ^= 0x5A
     raw[checked.keyspace.storage_key(key)] = bytes(stored)
@@ -241,12 +205,12 @@ def test_corruption_detection_follows_verify_checksum(open_backend: Any, transfe
 def test_unhashed_pages_are_misses_for_verifying_readers(open_backend: Any) -> None:
     pool = make_pool()
     writer = open_backend({"verify_checksum": False}, pool=pool)
-    reader = open_backend({"key_prefix": writer.key_prefix}, pool=pool)
+    reader = open_backend({"key_prefix": writer.options.key_prefix}, pool=pool)
     keys = keys_for(2)
     assert writer.batch_set_v1(keys[:1], indices(0, 1)) == [True]
     assert writer.batch_set(keys[1:], [pool.get_data_page(4 * PAGE_SIZE).clone()]) is True  # staged path
     for key in keys:
-        flags = writer.raw_store()[writer.keyspace.storage_key(key)][5]
+        flags = raw_store(writer)[writer.keyspace.storage_key(key)][5]
         assert flags == FLAG_UNHASHED
     assert writer.batch_get_v1(keys, indices(2, 2)) == [True, True]
     assert [page_bytes(pool, 2), page_bytes(pool, 3)] == [page_bytes(pool, 0), page_bytes(pool, 4)]
@@ -254,53 +218,40 @@ def test_unhashed_pages_are_misses_for_verifying_readers(open_backend: Any) -> N
     assert reader.get_stats()["counters"]["mooncake_unverified"] == 2
 
 
-def test_isolation_between_deployments(open_backend: Any) -> None:
-    pool = make_pool()
-    first = open_backend(pool=pool, model="model-a")
-    other_model = open_backend(pool=make_pool(), model="model-b")
-    other_layout = open_backend(pool=make_pool("layer_first"), model="model-a")
+def test_key_prefix_separates_deployments(open_backend: Any) -> None:
+    """Same model and pool, another ``key_prefix``: none of the pages; the same prefix: all of them."""
+    first = open_backend(pool=make_pool(), model="model-a")
     other_prefix = open_backend(pool=make_pool(), model="model-a")
     keys = keys_for(3)
     assert first.batch_set_v1(keys, indices(0, 3)) == [True] * 3
-    for backend in (other_model, other_layout, other_prefix):
-        assert backend.batch_exists_each(keys) == [False] * 3
-    same = open_backend({"key_prefix": first.key_prefix}, pool=make_pool(), model="model-a")
+    assert other_prefix.batch_exists_each(keys) == [False] * 3
+    same = open_backend({"key_prefix": first.options.key_prefix}, pool=make_pool(), model="model-a")
     assert same.batch_exists_each(keys) == [True] * 3
 
 
-def test_delete_and_scoped_clear(open_backend: Any) -> None:
+def test_clear_removes_only_its_own_key_spaces(open_backend: Any) -> None:
+    """Two deployments under one ``key_prefix``: ``clear()`` (a regex remove) leaves the other's pages."""
     prefix = client_options()["key_prefix"]
     mine = open_backend({"key_prefix": prefix}, model="mine")
     neighbour = open_backend({"key_prefix": prefix}, model="neighbour")
     keys = keys_for(4)
     assert mine.batch_set_v1(keys, indices(0, 4)) == [True] * 4
     assert neighbour.batch_set_v1(keys, indices(0, 4)) == [True] * 4
-    assert mine.delete(keys[:1] + keys_for(1)) == [True, True]
-    assert mine.batch_exists_each(keys) == [False, True, True, True]
     mine.clear()
     assert mine.batch_exists_each(keys) == [False] * 4
     assert neighbour.batch_exists_each(keys) == [True] * 4, "clear() removed another deployment's pages"
 
 
-def test_large_batch_and_pages(open_backend: Any) -> None:
-    pool = make_pool(num_pages=300)
-    backend = open_backend(pool=pool)
-    keys = keys_for(300)
-    assert backend.batch_set_v1(keys, indices(0, 300)) == [True] * 300
-    assert backend.batch_exists(keys) == 300
-    values = [pool.get_data_page(n * 4).clone() for n in range(50)]  # more than the staging buffer holds
+def test_batch_larger_than_the_staging_buffer(open_backend: Any) -> None:
+    """50 staged pages through slabs of one page each (a staging buffer of 7 pages): several rounds."""
+    pool = make_pool(num_pages=60)
+    keys = keys_for(50)
+    values = [pool.get_data_page(n * PAGE_SIZE).clone() for n in range(50)]
     small = open_backend({"staging_buffer_size": pool.bytes_per_page * 7}, pool=pool)
-    assert small.batch_set(keys[:50], values) is True
-    got = small.batch_get(keys[:50])
+    assert small.batch_set(keys, values) is True
+    got = small.batch_get(keys)
     assert all(g is not None and torch.equal(g.view(torch.uint8), v.view(torch.uint8)) for g, v in zip(got, values))
-
-
-def test_close_is_idempotent_and_later_calls_raise(open_backend: Any) -> None:
-    backend = open_backend()
-    backend.close()
-    backend.close()
-    with pytest.raises(ValueError, match="closed"):
-        backend.batch_exists_each(keys_for(1))
+    assert small.get_stats()["counters"]["mooncake_staged_writes"] == 50
 
 
 # ---------------------------------------------------------------- faults (real master, killed and restarted)
@@ -308,38 +259,8 @@ def test_setup_fails_fast_without_master(mooncake: None) -> None:
     options = client_options(master_server_address="127.0.0.1:15559")  # nothing listens here
     begin = time.monotonic()
     with pytest.raises(BackendFault, match=r"127\.0\.0\.1:15559"):
-        MooncakeBackend(make_config("m", extra_config=options))
+        HiCacheStorage(MooncakeBackend, make_config("m", extra_config=options))
     assert time.monotonic() - begin < 15
-
-
-def test_master_killed_then_restarted(open_backend: Any) -> None:
-    fast = {"resilience": {"deadline_s": 2.0, "retries": 1, "breaker_threshold": 3, "breaker_reset_s": 0.2}}
-    pool = make_pool()
-    backend = open_backend(fast, pool=pool)
-    keys = keys_for(4)
-    assert backend.batch_set_v1(keys, indices(0, 4)) == [True] * 4
-    ctl("kill", "mooncake-master")
-    try:
-        for call, expected in (
-            (lambda: backend.batch_exists_each(keys), [False] * 4),
-            (lambda: backend.batch_get_v1(keys, indices(4, 4)), [False] * 4),
-            (lambda: backend.batch_set_v1(keys, indices(0, 4)), [False] * 4),
-            (lambda: backend.batch_get(keys[:1]), [None]),
-            (lambda: backend.batch_set(keys[:1], [pool.get_data_page(0).clone()]), False),
-        ):
-            begin = time.monotonic()
-            assert call() == expected
-            assert time.monotonic() - begin < 10
-        stats = backend.get_stats()
-        assert stats["faults"] >= 1
-    finally:
-        ctl("start", "mooncake")
-    deadline = time.monotonic() + 20
-    while backend.batch_set_v1(keys, indices(0, 4)) != [True] * 4:
-        assert time.monotonic() < deadline, "no recovery within 20 s of the restart"
-        time.sleep(0.2)
-    assert backend.batch_get_v1(keys, indices(4, 4)) == [True] * 4
-    assert [page_bytes(pool, 4 + n) for n in range(4)] == [page_bytes(pool, n) for n in range(4)]
 
 
 def test_no_space_is_false_and_counted(open_backend: Any) -> None:
@@ -361,5 +282,5 @@ def test_no_space_is_false_and_counted(open_backend: Any) -> None:
     while backend.batch_set_v1(keys, indices(0, 2)) != [True, True]:
         assert time.monotonic() < deadline, "writes did not work again within 20 s of the segment's return"
         time.sleep(0.2)
-    assert backend._check([-200, 0], 2, "probe") == [-200, 0]
+    assert backend.backend._check([-200, 0], 2, "probe") == [-200, 0]
     assert backend.get_stats()["counters"]["mooncake_no_available_handle"] >= 1

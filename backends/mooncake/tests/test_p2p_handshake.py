@@ -17,17 +17,17 @@ from hicache_storage_conformance import BackendConformance
 from hicache_storage_conformance.base import category_of
 from hicache_storage_mooncake import MooncakeBackend
 from hicache_storage_mooncake.record import HEADER_SIZE
-from mooncake_support import PAGE_SIZE, client_options, indices, keys_for, make_pool, page_bytes
+from mooncake_support import PAGE_SIZE, client_options, indices, keys_for, make_pool, page_bytes, raw_store
 from p2p_support import P2P, PrivateMaster, free_port
 
-from hicache_storage import BackendFault, HostKVPool, make_config
+from hicache_storage import BackendFault, HiCacheStorage, HostKVPool, make_config
 
 pytestmark = pytest.mark.timeout(120)
 
 #: Memory a segment-holding test client lends the store.
 SEGMENT = 16 << 20
 
-Opener = Callable[..., MooncakeBackend]
+Opener = Callable[..., HiCacheStorage]
 
 
 def failure_counters(backend: Any) -> dict[str, int]:
@@ -57,10 +57,10 @@ def http_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateMas
 @pytest.fixture
 def open_client() -> Iterator[Opener]:
     """Factory ``open_client(master, pool, **options)``; every client is cleared and closed afterwards."""
-    opened: list[MooncakeBackend] = []
+    opened: list[HiCacheStorage] = []
 
-    def factory(master: PrivateMaster, pool: HostKVPool, **options: Any) -> MooncakeBackend:
-        backend = MooncakeBackend(make_config("m", extra_config=master.options(**options)))
+    def factory(master: PrivateMaster, pool: HostKVPool, **options: Any) -> HiCacheStorage:
+        backend = HiCacheStorage(MooncakeBackend, make_config("m", extra_config=master.options(**options)))
         opened.append(backend)
         backend.register_mem_pool_host(pool)
         return backend
@@ -110,7 +110,7 @@ def test_client_with_own_segment_round_trip(p2p_master: PrivateMaster, open_clie
     got = client.batch_get([keys[4], keys[5]])
     assert got[1] is None and got[0] is not None
     assert bytes(got[0].view(torch.uint8).numpy()) == expected[4]
-    stored = client.raw_store()[client.keyspace.storage_key(keys[0])]  # the byte-level calls too
+    stored = raw_store(client)[client.keyspace.storage_key(keys[0])]  # the byte-level calls too
     assert stored[HEADER_SIZE:] == expected[0]
 
     assert client.delete(keys[:2]) == [True, True]
@@ -182,8 +182,9 @@ def test_setup_without_master_blames_only_the_master() -> None:
     address = f"127.0.0.1:{free_port()}"
     begin = time.monotonic()
     with pytest.raises(BackendFault, match=address) as caught:
-        MooncakeBackend(
-            make_config("m", extra_config=client_options(master_server_address=address, metadata_server=P2P))
+        HiCacheStorage(
+            MooncakeBackend,
+            make_config("m", extra_config=client_options(master_server_address=address, metadata_server=P2P)),
         )
     assert "metadata server" not in str(caught.value)
     assert time.monotonic() - begin < 15

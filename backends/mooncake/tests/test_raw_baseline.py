@@ -14,6 +14,7 @@ from mooncake_support import client_options
 
 from hicache_storage import make_config
 from hicache_storage.cli.bench import run_bench
+from hicache_storage.plugin import raw_baseline_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,7 +26,7 @@ def pages(count: int, size: int) -> list[memoryview]:
 def test_round_trip_exists_and_close(mooncake: None) -> None:
     # A staging buffer of two pages: a batch of five travels in three rounds.
     options = client_options(staging_buffer_size=8192)
-    raw = MooncakeBackend.raw_baseline(make_config(extra_config=options))
+    raw = raw_baseline_for(MooncakeBackend, make_config(extra_config=options))
     assert isinstance(raw, RawMooncake)
     keys = [secrets.token_hex(8) for _ in range(5)]
     data = [*pages(4, 4096), np.arange(2048, dtype=np.uint16).reshape(2, 1024).data]  # not flat bytes: cast
@@ -42,7 +43,8 @@ def test_round_trip_exists_and_close(mooncake: None) -> None:
             raw.set(["big"], pages(1, 8193))
     finally:
         raw.close()
-    check = MooncakeBackend.raw_baseline(make_config(extra_config=options))
+    check = raw_baseline_for(MooncakeBackend, make_config(extra_config=options))
+    assert check is not None
     try:
         assert check.exists(keys) == [False] * 5
     finally:
@@ -57,7 +59,8 @@ def test_bench_reports_ratios_against_raw_store_calls(mooncake: None) -> None:
     assert result["raw"]["get"]["ok"] == 16
     assert all(result["ratio_ours_over_raw"][op] > 0 for op in ("set", "exists", "get"))
     print("mooncake", result["ratio_ours_over_raw"])
-    raw = MooncakeBackend.raw_baseline(make_config(extra_config=options))
+    raw = raw_baseline_for(MooncakeBackend, make_config(extra_config=options))
+    assert isinstance(raw, RawMooncake)
     try:
         assert raw.store.remove_by_regex("^" + re.escape(raw.prefix), True) == 0  # the baseline left nothing
         assert raw.store.remove_by_regex("^" + re.escape(options["key_prefix"]), True) == 0  # bench cleared its pages
