@@ -34,7 +34,7 @@ os.environ.setdefault("MC_LOG_LEVEL", "WARNING")
 import torch
 from hicache_storage_mooncake import MooncakeBackend
 
-from hicache_storage import HostKVPool, make_config
+from hicache_storage import HiCacheStorage, HostKVPool, make_config
 
 PAGE_SIZE = 32  # 4 layers x 8 heads x 128 dims x bf16 x (K, V) x 32 tokens = 512 KiB
 
@@ -59,13 +59,15 @@ def main() -> None:
         "global_segment_size": 0,
         "key_prefix": f"bench{secrets.token_hex(3)}/",
     }
-    backend = MooncakeBackend(make_config("bench", extra_config=options))
+    backend = HiCacheStorage(MooncakeBackend, make_config("bench", extra_config=options))
     backend.register_mem_pool_host(pool)
-    nohash = MooncakeBackend(make_config("bench", extra_config={**options, "verify_checksum": False}))
+    nohash = HiCacheStorage(MooncakeBackend, make_config("bench", extra_config={**options, "verify_checksum": False}))
     nohash.register_mem_pool_host(pool)
-    staged = MooncakeBackend(make_config("bench", extra_config={**options, "transfer": "staged"}))
+    staged = HiCacheStorage(MooncakeBackend, make_config("bench", extra_config={**options, "transfer": "staged"}))
     staged.register_mem_pool_host(pool)
-    store, config = backend._store, backend._replicate  # the same client, pool already registered
+    mooncake = backend.backend
+    assert isinstance(mooncake, MooncakeBackend)
+    store, config = mooncake.client, mooncake.replicate  # the same client, pool already registered
     results: dict[str, Any] = {
         "page_bytes": pool.bytes_per_page,
         "master": master,
@@ -103,10 +105,10 @@ def main() -> None:
                 total = sum(_sizes[0])
                 return all(c == total for c in store.batch_get_into_multi_buffers(_names, _ptrs, _sizes))
 
-            def setter(instance: MooncakeBackend, names: list[str], _host: torch.Tensor = host) -> Any:
+            def setter(instance: HiCacheStorage, names: list[str], _host: torch.Tensor = host) -> Any:
                 return lambda: all(instance.batch_set_v1(names, _host))
 
-            def getter(instance: MooncakeBackend, names: list[str], _host: torch.Tensor = host) -> Any:
+            def getter(instance: HiCacheStorage, names: list[str], _host: torch.Tensor = host) -> Any:
                 return lambda: all(instance.batch_get_v1(names, _host))
 
             calls = {
