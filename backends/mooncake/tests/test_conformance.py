@@ -1,9 +1,10 @@
 """The conformance suite against the mooncake backend and a real mooncake_master.
 
 The test pools have small segments, so the default ``transfer: auto`` stages every page; a second
-class runs the data-path categories with ``transfer: zero_copy``. The fault category kills the
-master (``ctl.sh kill mooncake-master``) and starts it again; the integrity category reaches
-stored objects through ``raw_store()`` (the backend's own client).
+class runs the data-path categories with ``transfer: zero_copy``. The fault categories kill the
+master (``ctl.sh kill mooncake-master``) and start it again (hooks on the test class: only the
+checkout's services can do that); the integrity category reaches stored objects through the
+``mooncake`` conformance hooks (the backend's own client).
 """
 
 from __future__ import annotations
