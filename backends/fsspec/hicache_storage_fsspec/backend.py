@@ -27,31 +27,34 @@ import xxhash
 from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
-from hicache_storage import Capabilities, ConfigError, HiCacheStorage, HiCacheStorageConfig
-from hicache_storage.batch_context import BatchContext
-from hicache_storage.listing import StoredPage, page_after
+from hicache_storage.plugin import (
+    Backend,
+    BackendSetup,
+    BatchContext,
+    Capabilities,
+    ConfigError,
+    PageBuffers,
+    StoredPage,
+    current_deadline,
+    page_after,
+)
 from hicache_storage.plugin.page_format import HEADER_SIZE, record_codec
-from hicache_storage.resilience import current_deadline
 
 from .filesystem import S3_PROTOCOLS, open_filesystem
 from .local_io import TEMP_SUFFIX, LocalPageFiles
 from .options import FsspecOptions, redact_url
 from .raw_baseline import RawFsspec
-from .raw_store import FsspecRawStore
 
-__all__ = ["DEFAULT_TIMEOUT_S", "FsspecBackend"]
+__all__ = ["FsspecBackend"]
 
 log = logging.getLogger(__name__)
 
-#: Client timeout when neither ``timeout_s`` nor a resilience deadline is configured.
-DEFAULT_TIMEOUT_S = HiCacheStorage.DEFAULT_IO_TIMEOUT_S
 
-
-class FsspecBackend(HiCacheStorage[FsspecOptions]):
+class FsspecBackend(Backend[FsspecOptions]):
     """Pages as files below ``extra_config.url`` on an fsspec filesystem (see :class:`FsspecOptions`).
 
-    ``fs`` and ``path_for(storage_key)`` give direct access to stored pages; ``raw_store()`` is a
-    mapping over them (for tools and tests). On ``s3://`` construction checks the bucket
+    ``fs``, ``root``, ``path_for(storage_key)`` and ``page_files()`` give direct access to the
+    stored pages (for tools). On ``s3://`` construction checks the bucket
     (``check_bucket``): refused credentials raise :class:`ConfigError`; anything else (a missing
     bucket, an unreachable endpoint) is left to the calls, which then miss.
     """
@@ -73,10 +76,11 @@ class FsspecBackend(HiCacheStorage[FsspecOptions]):
         """An in-memory file system is seen by one process only."""
         return replace(cls.capabilities, shared=False) if options.protocol == "memory" else cls.capabilities
 
-    def __init__(self, config: HiCacheStorageConfig) -> None:
-        super().__init__(config)
-        options = self.options
-        self.timeout_s = options.timeout_s or self.io_timeout_s
+    def __init__(self, setup: BackendSetup[FsspecOptions]) -> None:
+        options = setup.options
+        self.options = options
+        self.counters = setup.counters
+        self.timeout_s = options.timeout_s or setup.io_timeout_s
         protocol = options.protocol
         try:
             self.fs, root, storage_options = open_filesystem(options, self.timeout_s)
@@ -112,10 +116,6 @@ class FsspecBackend(HiCacheStorage[FsspecOptions]):
         if self._fanout:
             return f"{self.root}/{xxhash.xxh3_64_hexdigest(storage_key.encode())[: self._fanout]}/{storage_key}"
         return f"{self.root}/{storage_key}"
-
-    def raw_store(self) -> FsspecRawStore:
-        """Mapping storage key → stored record bytes, behind the backend's back."""
-        return FsspecRawStore(self.fs, self.path_for, self.page_files)
 
     def page_files(self) -> list[str]:
         """Paths of every page file under the root."""
@@ -201,11 +201,11 @@ class FsspecBackend(HiCacheStorage[FsspecOptions]):
         if faults and len(faults) == len(outcomes):
             raise faults[0]
         if faults:
-            self.stats.bump("key_faults", len(faults))
+            self.counters.bump("key_faults", len(faults))
         return [False if isinstance(item, BaseException) else ok(item) for item in outcomes]
 
     # ------------------------------------------------------------ primitives
-    def write_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
             outcomes: list[Any] = []
@@ -227,7 +227,7 @@ class FsspecBackend(HiCacheStorage[FsspecOptions]):
             # checksummed, the others are on the wire, and at most `concurrency` records exist.
             pipe_file = self.fs._pipe_file
 
-            async def put(item: tuple[str, str, list[memoryview]]) -> Any:
+            async def put(item: tuple[str, str, PageBuffers]) -> Any:
                 return await pipe_file(item[0], self._codec.record(item[1], item[2]))
 
             return self._settle_writes(self._gather(put, list(zip(paths, keys, pages, strict=True))))
@@ -242,10 +242,10 @@ class FsspecBackend(HiCacheStorage[FsspecOptions]):
         if faults and len(faults) == len(outcomes):
             raise faults[0]
         if faults:
-            self.stats.bump("key_faults", len(faults))
+            self.counters.bump("key_faults", len(faults))
         return [not isinstance(item, BaseException) for item in outcomes]
 
-    def read_pages(self, keys: Sequence[str], pages: Sequence[list[memoryview]], context: BatchContext) -> list[bool]:
+    def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         want = HEADER_SIZE + context.page_bytes
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
@@ -256,7 +256,7 @@ class FsspecBackend(HiCacheStorage[FsspecOptions]):
             # other requests are still in flight.
             cat_file = self.fs._cat_file
 
-            async def fetch(item: tuple[str, str, list[memoryview]]) -> bool:
+            async def fetch(item: tuple[str, str, PageBuffers]) -> bool:
                 value = await cat_file(item[0])
                 return len(value) == want and self._codec.decode_into(value, item[1], item[2])
 
@@ -272,7 +272,7 @@ class FsspecBackend(HiCacheStorage[FsspecOptions]):
 
     def _count_bad(self, good: bool) -> bool:
         if not good:
-            self.stats.bump("integrity_failures")
+            self.counters.bump("integrity_failures")
         return good
 
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
@@ -320,7 +320,7 @@ class FsspecBackend(HiCacheStorage[FsspecOptions]):
         self.fs.invalidate_cache()
 
     def __repr__(self) -> str:
-        return f"<FsspecBackend {self.options!r} closed={self.closed}>"
+        return f"<FsspecBackend {self.options!r}>"
 
 
 def _size_of(info: dict[str, Any]) -> int | None:

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from hicache_storage import ConfigError
-from hicache_storage.options import secret_option, secret_option_names
+from hicache_storage.plugin import ConfigError, secret_option, secret_option_names
 from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["SECRET_STORAGE_OPTIONS", "FsspecOptions", "redact_url", "redacted_storage_options"]

@@ -1,4 +1,5 @@
-"""Fixtures: the fsspec backend on memory://, a local directory and s3fs on a real S3 server (moto)."""
+"""Fixtures: the fsspec backend on memory://, a local directory and s3fs on a real S3 server (moto):
+the checkout's shared one for most tests, a private one for tests that stop it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fsspec_support import SERVICES, s3_storage_options, settings
 from hicache_storage_fsspec import FsspecBackend
 
 from hicache_storage.testing.fixtures import BackendFactory, fresh_s3_bucket
+from hicache_storage.testing.outage import PrivateServices
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +27,7 @@ def env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def bucket(env: dict[str, str]) -> str:
+    """A fresh bucket on the shared test server (never stopped by these tests)."""
     return fresh_s3_bucket(SERVICES, env, "hc-fs")
 
 
@@ -38,13 +41,23 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
         return {"url": f"file://{tmp_path}/cache"}
     env = request.getfixturevalue("env")
     bucket = request.getfixturevalue("bucket")
-    SERVICES.s3_bucket(bucket, env, exist_ok=True)  # again: a fault test may have restarted the server since
+    SERVICES.s3_bucket(bucket, env, exist_ok=True)  # again: the shared server may have been restarted since
     return {"url": f"s3://{bucket}/{tag}", "storage_options": s3_storage_options(env)}
 
 
 @pytest.fixture
-def open_backend() -> Iterator[BackendFactory[FsspecBackend]]:
-    """Factory: ``open_backend(options, pool=None)``; every backend is cleared and closed afterwards."""
+def open_backend() -> Iterator[BackendFactory]:
+    """Factory: ``open_backend(options, pool=None)``; every storage is cleared and closed afterwards."""
     factory = BackendFactory(FsspecBackend)
     yield factory
     factory.close()
+
+
+@pytest.fixture(scope="module")
+def services() -> Iterator[PrivateServices]:
+    """Servers private to one test module, on ports of their own: the tests may stop them."""
+    owned = PrivateServices(__file__)
+    try:
+        yield owned
+    finally:
+        owned.close()

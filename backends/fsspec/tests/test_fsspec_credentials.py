@@ -34,4 +34,7 @@ class TestFsspecS3Credentials(S3CredentialChecks):
         return {"url": url, "storage_options": storage, "resilience": FAST_RESILIENCE, **extra}
 
     def root_of(self, backend: Any) -> str:
-        return str(backend.root).split("/", 1)[1]  # "<bucket>/<root>"
+        """The folder of the storage's fsspec backend inside the bucket (its root is ``<bucket>/<folder>``)."""
+        plugin = backend.backend
+        assert isinstance(plugin, FsspecBackend)
+        return plugin.root.split("/", 1)[1]

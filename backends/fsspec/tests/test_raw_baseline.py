@@ -11,6 +11,7 @@ from hicache_storage_fsspec.raw_baseline import RawFsspec
 
 from hicache_storage import make_config
 from hicache_storage.cli.bench import run_bench
+from hicache_storage.plugin import raw_baseline_for
 from hicache_storage.testing import check_raw_client
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,7 +26,7 @@ def files_under(raw: RawFsspec, folder: str) -> list[str]:
 
 
 def test_round_trip_exists_and_close(location: dict[str, Any]) -> None:
-    raw = FsspecBackend.raw_baseline(make_config(extra_config={**location, "concurrency": 4}))
+    raw = raw_baseline_for(FsspecBackend, make_config(extra_config={**location, "concurrency": 4}))
     assert isinstance(raw, RawFsspec)
     try:
         keys, _data = check_raw_client(raw)
@@ -53,7 +54,8 @@ def test_bench_reports_ratios_against_fsspec(kind: str, request: pytest.FixtureR
     assert result["raw"]["get"]["ok"] == 16
     assert all(result["ratio_ours_over_raw"][op] > 0 for op in ("set", "exists", "get"))
     print("fsspec", kind, result["ratio_ours_over_raw"])
-    raw = FsspecBackend.raw_baseline(make_config(extra_config=options))
+    raw = raw_baseline_for(FsspecBackend, make_config(extra_config=options))
+    assert isinstance(raw, RawFsspec)
     root = raw.folder.rsplit("/", 1)[0]
     assert not raw.fs.exists(raw.folder)
     assert files_under(raw, root) == []  # bench cleared the backend's pages too
