@@ -6,22 +6,21 @@ import secrets
 from typing import Any
 
 import pytest
-from rel_support import PrivateServices, Workload, assert_clean, fault_phase, make_pool, record
-
-from hicache_storage import make_config
-
-pytest.importorskip("hicache_storage_redis")
 from hicache_storage_redis import RedisBackend
+
+from hicache_storage import HiCacheStorage, load_backend, make_config
+from hicache_storage.testing.fault_figures import record
+from hicache_storage.testing.outage import PrivateServices, Workload, assert_clean, fault_phase, make_pool
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(90)]
 
 RESILIENCE = {"deadline_s": 1.0, "retries": 1, "breaker_threshold": 5, "breaker_reset_s": 0.5}
 
 
-def open_redis(options: dict[str, Any]) -> tuple[RedisBackend, Any]:
+def open_redis(options: dict[str, Any]) -> tuple[HiCacheStorage, Any]:
     pool = make_pool()
     extra = {"key_prefix": f"rel{secrets.token_hex(3)}:", "resilience": RESILIENCE, **options}
-    backend = RedisBackend(make_config("rel-model", extra_config=extra))
+    backend = load_backend(RedisBackend, make_config("rel-model", extra_config=extra))
     backend.register_mem_pool_host(pool)
     return backend, pool
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import pytest
 from hicache_storage_conformance import BackendConformance
 from hicache_storage_redis.conformance import RedisHooks
+from redis_support import CLUSTER_RESILIENCE
 
 from hicache_storage.testing.outage import PrivateServices
 
@@ -31,18 +32,6 @@ class TestRedisConformance(BackendConformance):
 
     def backend_options(self, tmp_path: Path) -> dict[str, Any]:
         return {"url": self.servers.redis_url, "key_prefix": f"conf{secrets.token_hex(4)}:"}
-
-
-#: The first call of a cluster instance also fetches the slot map, which took up to 0.76 s (1 build in
-#: 20, load average 10 on 2 cores): with the suite's 0.5 s deadline for injected faults, the write made
-#: before each fault then failed. The cluster run gives every call 2 s, as the suite's outage tests do.
-CLUSTER_RESILIENCE = {
-    "deadline_s": 2.0,
-    "retries": 1,
-    "backoff_s": 0.001,
-    "backoff_max_s": 0.01,
-    "breaker_reset_s": 0.05,
-}
 
 
 class TestRedisClusterConformance(TestRedisConformance):
