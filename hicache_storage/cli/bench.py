@@ -204,7 +204,7 @@ def run_bench(
     warm_keys = [hashlib.sha256(f"bench-warm-up-{i}".encode()).hexdigest() for i in range(min(batch, pages))]
     instance = load_backend(backend, make_config("bench", extra_config=dict(options or {})))
     cls, _info = resolve_backend(backend)
-    sim_model = hasattr(instance, "last_call_seconds")  # the sim backend's cost model
+    sim_model = hasattr(instance.backend, "last_call_seconds")  # the sim backend's cost model
     client: RawClient | None = None
     try:
         instance.register_mem_pool_host(pool)

@@ -76,10 +76,14 @@ class _RawDict:
         return sum(k in self.data for k in keys)
 
 
+class _RawDictBaseline(_RawDict):
+    @classmethod
+    def from_options(cls, options: Any, timeout_s: float) -> _RawDict:
+        return cls()
+
+
 class _WithBaseline(sim.SimBackend):  # type: ignore[misc,name-defined]
-    @staticmethod
-    def raw_baseline(config: Any) -> _RawDict:
-        return _RawDict()
+    raw_baseline_class = _RawDictBaseline
 
 
 def test_bench_compares_with_raw_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -143,22 +147,29 @@ def logged_backend() -> Iterator[Callable[..., Log]]:
     def register(**raw_options: Any) -> Log:
         log: Log = []
 
-        class Logged(sim.SimBackend):  # type: ignore[misc,name-defined]
-            def batch_set_v1(self, keys: list[str], *args: Any, **kwargs: Any) -> Any:
-                log.append(("sdk", "set", tuple(keys)))
-                return super().batch_set_v1(keys, *args, **kwargs)
-
-            def batch_get_v1(self, keys: list[str], *args: Any, **kwargs: Any) -> Any:
-                log.append(("sdk", "get", tuple(keys)))
-                return super().batch_get_v1(keys, *args, **kwargs)
-
-            def batch_exists(self, keys: list[str], *args: Any, **kwargs: Any) -> Any:
-                log.append(("sdk", "exists", tuple(keys)))
-                return super().batch_exists(keys, *args, **kwargs)
-
-            @staticmethod
-            def raw_baseline(config: Any) -> _RawLogged:
+        class RawLogged(_RawLogged):
+            @classmethod
+            def from_options(cls, options: Any, timeout_s: float) -> _RawLogged:
                 return _RawLogged(log, **raw_options)
+
+        def note(op: str, keys: Any, context: BatchContext) -> None:
+            if context.record_bytes is None:  # pages, not the key space's manifest
+                log.append(("sdk", op, tuple(key.split(".")[1] for key in keys)))
+
+        class Logged(sim.SimBackend):  # type: ignore[misc,name-defined]
+            raw_baseline_class = RawLogged
+
+            def write_pages(self, keys: Any, pages: Any, context: BatchContext) -> list[bool]:
+                note("set", keys, context)
+                return super().write_pages(keys, pages, context)  # type: ignore[no-any-return]
+
+            def read_pages(self, keys: Any, pages: Any, context: BatchContext) -> list[bool]:
+                note("get", keys, context)
+                return super().read_pages(keys, pages, context)  # type: ignore[no-any-return]
+
+            def pages_exist(self, keys: Any, context: BatchContext) -> list[bool]:
+                note("exists", keys, context)
+                return super().pages_exist(keys, context)  # type: ignore[no-any-return]
 
         register_backend("sim-logged", Logged, replace=True)
         return log

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import uuid
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hicache_storage import ConfigError, HostKVPool, make_config
+from hicache_storage import ConfigError, HiCacheStorage, HostKVPool, make_config
 from hicache_storage.cli.scaffold import create_backend_package, find_template, validate_name
 
 
@@ -37,7 +39,7 @@ def test_creates_renamed_package(tmp_path: Path) -> None:
     assert 'name = "hicache-storage-my-store"' in pyproject
     assert 'my_store = "hicache_storage_my_store:MyStoreBackend"' in pyproject
     backend_text = (root / "hicache_storage_my_store/backend.py").read_text()
-    assert "class MyStoreBackend(HiCacheStorage[MyStoreOptions])" in backend_text
+    assert "class MyStoreBackend(Backend[MyStoreOptions])" in backend_text
     test_text = (root / "tests/test_my_store_conformance.py").read_text()
     assert "class TestMyStoreConformance(BackendConformance)" in test_text
     for path in root.rglob("*"):
@@ -54,7 +56,7 @@ def test_generated_backend_round_trips(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.syspath_prepend(str(root))
     module = __import__(f"hicache_storage_scaf_{suffix}")
     backend_cls = getattr(module, f"Scaf{suffix.capitalize()}Backend")
-    with backend_cls(make_config(extra_config={"resilience": False})) as backend:
+    with HiCacheStorage(backend_cls, make_config(extra_config={"resilience": False})) as backend:
         pool = HostKVPool(num_pages=2, page_size=2, layer_num=1, head_num=1, head_dim=8, dtype="float32")
         pool.kv_buffer.normal_()
         before = pool.get_data_page(0).clone()
@@ -136,3 +138,65 @@ def test_generated_package_installs_and_passes_conformance(tmp_path: Path) -> No
     )
     assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-4000:]
     assert "is not installed" not in tests.stdout, "the entry-point test was skipped: the install is not visible"
+
+
+#: Helpers a storage author writes first, named like the caller API's methods; appended to the generated class.
+AUTHOR_HELPERS = """
+
+    # ---- the author's own helpers (names the caller API uses too; they must not collide with it)
+    def get(self, key: str) -> bytes | None:
+        with self._lock:
+            return self.records.get(key)
+
+    def set(self, key: str, record: bytes) -> None:
+        with self._lock:
+            self.records[key] = record
+
+    def exists(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self.records.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.records.clear()
+
+    def close(self) -> None:
+        self.clear()
+
+    def stats(self) -> dict[str, int]:
+        return {"records": len(self.records)}
+"""
+
+
+def test_a_backend_with_helpers_named_like_the_caller_api_passes_the_whole_suite(tmp_path: Path) -> None:
+    """A new author's helpers ``get``/``set``/``exists``/``clear``/``close``/``delete``/``stats`` are their own:
+    they replace nothing of the caller API, and the scaffolded backend using them passes every category."""
+    name = f"helpers_{uuid.uuid4().hex[:8]}"
+    root = create_backend_package(name, tmp_path / "src")
+    package = f"hicache_storage_{name}"
+    module = root / package / "backend.py"
+    text = module.read_text()
+    assert text.rstrip().endswith("del self.records[key]"), "the template's backend class no longer ends the file"
+    text = text.replace("record = self.records.get(key)", "record = self.get(key)")
+    text = text.replace("return [key in self.records for key in keys]", "return [self.exists(key) for key in keys]")
+    module.write_text(text.rstrip() + "\n" + AUTHOR_HELPERS)
+    camel = "".join(part.capitalize() for part in name.split("_"))
+    cls, hooks = f"{camel}Backend", f"{camel}Hooks"
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from hicache_storage.cli import main; sys.exit(main(sys.argv[1:]))"]
+        + ["conformance", f"{package}.backend:{cls}"]
+        + ["--hooks", f"{package}.conformance:{hooks}", "--profile", "strict", "--json", str(report)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    summary = json.loads(report.read_text())["summary"]
+    assert summary["failed"] == 0 and summary["passed"] > 100, summary
