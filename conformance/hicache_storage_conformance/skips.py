@@ -50,16 +50,15 @@ PROPERTY_ENABLE = "hicache_skip_enable"
 
 #: What enables a test whose hook is missing.
 ENABLE_SIDE_CHANNEL = (
-    "give the suite a side channel: a ConformanceTarget whose raw_store(backend) returns the stored records "
+    "give the suite a side channel: conformance hooks whose raw_store(backend) returns the stored records "
     "by storage key (or read_stored/write_stored/delete_stored), registered in the entry-point group "
-    "hicache_storage.conformance_targets under the backend's name or passed with --target"
+    "hicache_storage.conformance_hooks under the backend's name or passed with --hooks"
 )
 ENABLE_FAULT_HOOK = (
-    "give the suite a fault hook: stop_server(backend)/start_server(backend) on a ConformanceTarget "
-    "(entry-point group hicache_storage.conformance_targets, or --target) or on the test class, "
-    "or set_available(flag) on the backend"
+    "give the suite a fault hook: stop_server(backend)/start_server(backend) on the backend's conformance "
+    "hooks (entry-point group hicache_storage.conformance_hooks, or --hooks) or on the test class"
 )
-ENABLE_SDK = "test it through the SDK surface: subclass hicache_storage.HiCacheStorage"
+ENABLE_SDK = "test it through the SDK surface: implement hicache_storage.plugin.Backend"
 
 
 def enable_capability(name: str) -> str:

@@ -78,5 +78,3 @@ def open_mooncake(services: PrivateServices, tag: str, **extra: Any) -> HiCacheS
     backend = HiCacheStorage(MooncakeBackend, make_config("m", extra_config=options))
     backend.register_mem_pool_host(make_pool())
     return backend
-
-

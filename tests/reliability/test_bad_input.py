@@ -74,7 +74,7 @@ BAD_OPTIONS = [
 def test_bad_options_are_config_errors_naming_the_option(name: str, options: dict[str, Any], option: str) -> None:
     backend_cls = _class(name)
     with pytest.raises(ConfigError) as caught:
-        backend_cls(make_config("m", extra_config={**BASE[name], **options}))
+        load_backend(backend_cls, make_config("m", extra_config={**BASE[name], **options}))
     assert caught.value.option == option, str(caught.value)
 
 
@@ -85,7 +85,7 @@ def test_extra_config_that_is_not_a_dict(name: str, extra: Any) -> None:
     config = make_config("m")
     config.extra_config = extra
     with pytest.raises(ConfigError, match=r"expected a dict") as caught:
-        backend_cls(config)
+        load_backend(backend_cls, config)
     assert caught.value.option == "extra_config"
 
 

@@ -26,7 +26,7 @@ from hicache_storage_file import FileBackend
 from hicache_storage_file.conformance import FileHooks
 from hicache_storage_file.layout import PageLayout
 
-from hicache_storage import HiCacheStorage, make_config
+from hicache_storage import ConfigError, HiCacheStorage, make_config
 from hicache_storage.plugin.page_format import HEADER_SIZE
 from hicache_storage.testing.fault_figures import record
 from hicache_storage.testing.outage import (
@@ -307,3 +307,39 @@ def test_writer_killed_mid_write_with_fsync_never_leaves_a_wrong_page(tmp_path: 
     record("file.power_loss.acknowledged_pages", len(acked))
     record("file.power_loss.verified_hits", reader.report.hits)
     record("file.power_loss.temp_files_left", len(temp_files(root)))
+
+
+def _read_only_file(root: Path, **extra: Any) -> HiCacheStorage:
+    return HiCacheStorage(FileBackend, make_config("m", extra_config={"path": str(root), **extra}))
+
+
+@pytest.fixture
+def read_only_root(tmp_path: Path) -> Iterator[Path]:
+    """A directory holding pages, then remounted read-only (root gets EROFS too)."""
+    root = tmp_path / "ro"
+    root.mkdir()
+    mount("--bind", str(root), str(root))
+    try:
+        yield root
+    finally:
+        umount(root)
+
+
+@pytest.mark.skipif(not can_mount(), reason="mount is not available (needs root)")
+def test_read_only_option_on_a_read_only_mount(read_only_root: Path) -> None:
+    writer = _read_only_file(read_only_root)
+    writer.register_mem_pool_host(make_pool())
+    workload = Workload(writer, writer.mem_pool_host, batch=4, universe=8)
+    assert workload._write(workload.keys[:4]) == 4
+    writer.close()
+    mount("-o", "remount,ro,bind", str(read_only_root))
+    with pytest.raises(ConfigError, match="not writable"):
+        _read_only_file(read_only_root)
+    reader = _read_only_file(read_only_root, read_only=True)
+    reader.register_mem_pool_host(make_pool())
+    work = Workload(reader, reader.mem_pool_host, batch=4, universe=8)
+    work.keys = workload.keys
+    assert work._read(workload.keys[:4]) == 4
+    assert work._write(workload.keys[4:8]) == 0
+    reader.close()
+    assert_clean(work)
