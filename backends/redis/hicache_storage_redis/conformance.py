@@ -40,14 +40,14 @@ class RedisHooks:
         return RedisRawStore(backend.client(), backend.key_prefix)
 
     def stop_server(self, backend: RedisBackend) -> None:
-        services, name = self._test_server_of(backend)
+        services, name = self.service_of(backend)
         services.stop(name)
 
     def start_server(self, backend: RedisBackend) -> None:
-        services, name = self._test_server_of(backend)
+        services, name = self.service_of(backend)
         services.start(name)
 
-    def _test_server_of(self, backend: RedisBackend) -> tuple[TestServices, str]:
+    def service_of(self, backend: RedisBackend) -> tuple[TestServices, str]:
         """The test services and the name of the one serving ``backend``; :class:`LookupError` if none does."""
         services = self._services if self._services is not None else checkout_services(__file__)
         settings = services.settings()
