@@ -15,12 +15,10 @@ over connections taken from the client's own pools:
 - reads: a bulk reply of the expected record size is received with ``recv_into`` directly into
   the page's segments (after the record header); its checksum runs on the worker thread while
   the next value arrives. Values of any other size come back as ``bytes`` (a damaged record).
-- ``STRLEN`` (exists) and ``DEL`` go through the same connections, so every page call keeps one
-  deadline.
+- ``STRLEN`` (exists) and ``DEL`` take the same connections: every page call keeps one deadline.
 
-Every socket operation is bounded by the call's deadline (:class:`Budget`): each wait gets what is
-left of it, so a killed, hung or slow server costs at most the deadline. Once it has passed, bytes
-already received are still taken (a zero timeout), nothing more is waited for.
+Every socket wait gets what is left of the call's deadline (:class:`Budget`), so a killed, hung or
+slow server costs at most the deadline; past it, bytes already received are still taken.
 
 With several servers (Redis Cluster), every server's requests are sent before any reply is read,
 so the servers work in parallel, and each server's share succeeds or fails on its own: a result
