@@ -3,6 +3,7 @@ the checkout's shared one for most tests, a private one for tests that stop it."
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fsspec_support import SERVICES, s3_storage_options, settings
 from hicache_storage_fsspec import FsspecBackend
 
+from hicache_storage.testing import s3_client
 from hicache_storage.testing.fixtures import BackendFactory, fresh_s3_bucket
 from hicache_storage.testing.outage import PrivateServices
 
@@ -26,9 +28,14 @@ def env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def bucket(env: dict[str, str]) -> str:
-    """A fresh bucket on the shared test server (never stopped by these tests)."""
-    return fresh_s3_bucket(SERVICES, env, "hc-fs")
+def bucket(env: dict[str, str]) -> Iterator[str]:
+    """A fresh bucket on the shared test server (never stopped by these tests), removed at the end:
+    the tests leave nothing in it."""
+    name = fresh_s3_bucket(SERVICES, env, "hc-fs")
+    yield name
+    client = s3_client(env)
+    with contextlib.suppress(client.exceptions.NoSuchBucket):  # the server was restarted meanwhile
+        client.delete_bucket(Bucket=name)
 
 
 @pytest.fixture(params=["memory", "local", "s3"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sys
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from hicache_storage_s3 import S3Backend
-from s3_support import SERVICES, s3_options, settings
+from s3_support import SERVICES, s3_client, s3_options, settings
 
 from hicache_storage.testing.fault_figures import figures_summary
 from hicache_storage.testing.fixtures import BackendFactory, fresh_s3_bucket
@@ -29,9 +30,14 @@ def env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def bucket(env: dict[str, str]) -> str:
-    """A fresh bucket on the shared test server (never stopped by these tests)."""
-    return fresh_s3_bucket(SERVICES, env, "hc-test")
+def bucket(env: dict[str, str]) -> Iterator[str]:
+    """A fresh bucket on the shared test server (never stopped by these tests), removed at the end:
+    the tests leave nothing in it."""
+    name = fresh_s3_bucket(SERVICES, env, "hc-test")
+    yield name
+    client = s3_client(env)
+    with contextlib.suppress(client.exceptions.NoSuchBucket):  # the server was restarted meanwhile
+        client.delete_bucket(Bucket=name)
 
 
 @pytest.fixture
