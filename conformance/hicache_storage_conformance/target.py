@@ -15,6 +15,7 @@ from hicache_storage import (
     BackendLoadError,
     Capabilities,
     ConfigError,
+    HiCacheStorage,
     load_backend,
     make_config,
     resolve_backend,
@@ -65,21 +66,27 @@ class BackendUnderTest:
         return "sdk" if self.sdk else "sglang"
 
     @property
+    def _surface(self) -> type[Any]:
+        """The class whose methods the tests call: the SDK's caller API for a Backend, else the class itself."""
+        return HiCacheStorage if issubclass(self.cls, Backend) else self.cls
+
+    @property
     def has_v1(self) -> bool:
         """Whether the zero-copy v1 calls are available (always, through the SDK's caller API)."""
-        return self.sdk or all(callable(getattr(self.cls, name, None)) for name in ("batch_get_v1", "batch_set_v1"))
+        return all(callable(getattr(self._surface, name, None)) for name in ("batch_get_v1", "batch_set_v1"))
 
     @property
     def has_v2(self) -> bool:
         """Whether the multi-pool (v2) calls and sidecar registration are defined (always on the SDK surface)."""
-        return self.sdk or all(callable(getattr(self.cls, name, None)) for name in V2_METHODS)
+        return all(callable(getattr(self._surface, name, None)) for name in V2_METHODS)
 
     def construct(self, config: Any, layers: Sequence[LayerFactory] = ()) -> Any:
-        """Build an instance: the caller API over the backend (the capability overrides and ``layers``
-        right over it) for SDK classes; SGLang's ``cls(config, extra_config)`` otherwise."""
-        if self.sdk:
-            extra = [capability_overrides(self.overrides)] if self.overrides else []
-            return load_backend(self.cls, config, layers=[*layers, *extra])
+        """Build an instance: the caller API over a :class:`~hicache_storage.plugin.Backend` class (on the SDK
+        surface with the capability overrides and ``layers`` right over it); SGLang's ``cls(config, extra_config)``
+        for a class written against SGLang's surface."""
+        if isinstance(self.cls, type) and issubclass(self.cls, Backend):
+            extra = [capability_overrides(self.overrides)] if self.overrides and self.sdk else []
+            return load_backend(self.cls, config, layers=[*layers, *extra] if self.sdk else [])
         params = [
             p
             for p in inspect.signature(self.cls).parameters.values()
@@ -186,7 +193,8 @@ def _import_class(path: str) -> Any:
 def _sglang_target(name: str, cls: Any, overrides: dict[str, Any], info: BackendInfo | None) -> BackendUnderTest:
     if not isinstance(cls, type):
         raise BackendLoadError(f"{name!r} is {cls!r}, not a class")
-    missing = [m for m in SGLANG_REQUIRED if not callable(getattr(cls, m, None))]
+    surface = HiCacheStorage if issubclass(cls, Backend) else cls  # a Backend runs behind the SDK's caller API
+    missing = [m for m in SGLANG_REQUIRED if not callable(getattr(surface, m, None))]
     if missing:
         raise BackendLoadError(
             f"{name!r} ({cls.__module__}:{cls.__qualname__}) is neither a hicache_storage.plugin.Backend subclass "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conformance_mutants import MUTANTS
+from conformance_mutants import HOOKLESS, MUTANTS
 from hicache_storage_conformance.cli import main
 
 
@@ -28,6 +28,8 @@ def sweep(expected_only: bool) -> dict[str, dict[str, object]]:
         for name, (rule, category) in MUTANTS.items():
             report = Path(tmp) / f"{name}.json"
             argv = [f"conformance_mutants:{name}", "--json", str(report), "--max-examples", "20"]
+            if name not in HOOKLESS:
+                argv += ["--hooks", "conformance_mutants:MutantHooks"]
             if expected_only:
                 argv += ["--only", category]
             with contextlib.redirect_stdout(io.StringIO()):

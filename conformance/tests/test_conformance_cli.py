@@ -17,6 +17,7 @@ from hicache_storage import API_VERSION
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = "hicache_storage_conformance.reference:MemoryBackend"
+REFERENCE_HOOKS = "hicache_storage_conformance.reference:MemoryHooks"
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

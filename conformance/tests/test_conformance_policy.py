@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hicache_storage_conformance.hooks import ConformanceTarget, as_target, find_target
+from hicache_storage_conformance.hooks import ConformanceHooks, as_hooks, find_hooks
 from hicache_storage_conformance.skips import SkipPolicy, parse_policy
-from test_conformance_cli import REFERENCE, run_cli
+from test_conformance_cli import REFERENCE, REFERENCE_HOOKS, run_cli
 
 from hicache_storage import ConfigError
 
-#: The file backend by module path: found without the conformance target its entry point registers.
+#: The file backend by module path: found without the conformance hooks its entry point registers.
 HOOKLESS_FILE = "hicache_storage_file:FileBackend"
 
 
@@ -62,7 +62,8 @@ def test_strict_fails_a_skip_for_a_missing_hook(tmp_path: Path) -> None:
 
 
 def test_strict_accepts_skips_for_undeclared_capabilities() -> None:
-    done = run_cli(REFERENCE, "--only", "eviction,zero_copy,faults,integrity", "--profile", "strict")
+    only = "eviction,zero_copy,faults,integrity"
+    done = run_cli(REFERENCE, "--only", only, "--profile", "strict", "--hooks", REFERENCE_HOOKS)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "skip policy" in done.stdout and "FAILED" not in done.stdout
 
@@ -85,25 +86,26 @@ class PlainHooks:
         return {"k": b"v"}
 
 
-def test_targets_from_plain_objects_paths_and_entry_points() -> None:
-    plain = as_target(PlainHooks)
+def test_hooks_from_plain_objects_paths_and_entry_points() -> None:
+    plain = as_hooks(PlainHooks)
     assert plain.read_stored(object(), "k") == b"v"
     assert "PlainHooks (raw_store)" in plain.describe()
     with pytest.raises(Exception, match="no fault hook"):
         plain.stop_server(object())
-    assert isinstance(as_target("test_conformance_policy:PlainHooks"), ConformanceTarget)
-    found, source = find_target("example")
-    assert source == "entry point hicache_storage.conformance_targets:example", source
-    assert "ExampleTarget (raw_store, stop_server, start_server)" in found.describe()
-    assert find_target("sim")[1] == "none"
+    assert isinstance(as_hooks("test_conformance_policy:PlainHooks"), ConformanceHooks)
+    found, source = find_hooks("example")
+    assert source == "entry point hicache_storage.conformance_hooks:example", source
+    assert "ExampleHooks (raw_store, stop_server, start_server)" in found.describe()
+    assert find_hooks("sim")[1] == "entry point hicache_storage.conformance_hooks:sim"
+    assert find_hooks("hicache_storage_conformance.reference:MemoryBackend")[1] == "none"
 
 
-def test_hooks_from_target_option() -> None:
-    done = run_cli("example", "--only", "faults,integrity", "--target", "test_conformance_policy:PlainHooks")
+def test_hooks_from_the_hooks_option() -> None:
+    done = run_cli("example", "--only", "faults,integrity", "--hooks", "test_conformance_policy:PlainHooks")
     assert "PlainHooks (raw_store)" in done.stdout
-    assert "no way to stop the server" in done.stdout  # PlainHooks has no fault hook, and --target wins
-    bad = run_cli(REFERENCE, "--target", "no_such_module:Hooks")
-    assert bad.returncode == 2 and "cannot import conformance target" in bad.stderr
+    assert "no way to stop the server" in done.stdout  # PlainHooks has no fault hook, and --hooks wins
+    bad = run_cli(REFERENCE, "--hooks", "no_such_module:Hooks")
+    assert bad.returncode == 2 and "cannot import conformance hooks" in bad.stderr
 
 
 def test_help_through_the_main_cli_matches_the_suite() -> None:
@@ -116,5 +118,5 @@ def test_help_through_the_main_cli_matches_the_suite() -> None:
     )
     assert main.returncode == 0 and own.returncode == 0, main.stderr
     assert main.stdout == own.stdout
-    for option in ("--profile", "--require", "--fail-on-skip", "--target", "--only"):
+    for option in ("--profile", "--require", "--fail-on-skip", "--hooks", "--only"):
         assert option in main.stdout

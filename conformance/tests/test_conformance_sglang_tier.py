@@ -27,6 +27,12 @@ class TestSGLangExample(BackendConformance):
     def delete_stored(self, backend: Any, storage_key: str) -> None:
         SGLangStyleStore._pages.pop(backend._key(storage_key), None)
 
+    def stop_server(self, backend: Any) -> None:
+        backend.set_available(False)
+
+    def start_server(self, backend: Any) -> None:
+        backend.set_available(True)
+
 
 def test_sglang_class_is_detected() -> None:
     target = resolve_target(SGLangStyleStore)
