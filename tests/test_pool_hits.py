@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hicache_storage.pools.hits import PoolPresence, fold_pool_hits, leading_run
 from hicache_storage.pools import PoolHitPolicy, PoolName
+from hicache_storage.pools.hits import PoolPresence, fold_pool_hits, leading_run
 
 
 def literal(kv_pages: int, pools: list[PoolPresence]) -> tuple[int, dict[object, int], list[int]]:

@@ -25,6 +25,7 @@ from importlib import metadata
 from typing import Any
 
 from hicache_storage import BackendLoadError
+from hicache_storage.testing.hooks import SideChannelUnavailable
 
 __all__ = ["HOOKS_GROUP", "ConformanceHooks", "SideChannelUnavailable", "as_hooks", "find_hooks"]
 
@@ -32,10 +33,6 @@ __all__ = ["HOOKS_GROUP", "ConformanceHooks", "SideChannelUnavailable", "as_hook
 HOOKS_GROUP = "hicache_storage.conformance_hooks"
 
 _HOOKS = ("raw_store", "read_stored", "write_stored", "delete_stored", "stop_server", "start_server")
-
-
-class SideChannelUnavailable(Exception):
-    """The backend offers no way to reach its stored pages (or server) behind its back."""
 
 
 class ConformanceHooks:

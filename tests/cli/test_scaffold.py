@@ -171,6 +171,10 @@ AUTHOR_HELPERS = """
 """
 
 
+#: The ``hicache-storage`` command of this interpreter.
+CLI = [sys.executable, "-c", "import sys; from hicache_storage.cli import main; sys.exit(main(sys.argv[1:]))"]
+
+
 def test_a_backend_with_helpers_named_like_the_caller_api_passes_the_whole_suite(tmp_path: Path) -> None:
     """A new author's helpers ``get``/``set``/``exists``/``clear``/``close``/``delete``/``stats`` are their own:
     they replace nothing of the caller API, and the scaffolded backend using them passes every category."""
@@ -186,10 +190,9 @@ def test_a_backend_with_helpers_named_like_the_caller_api_passes_the_whole_suite
     camel = "".join(part.capitalize() for part in name.split("_"))
     cls, hooks = f"{camel}Backend", f"{camel}Hooks"
     report = tmp_path / "report.json"
+    args = ["conformance", f"{package}.backend:{cls}", "--hooks", f"{package}.conformance:{hooks}"]
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from hicache_storage.cli import main; sys.exit(main(sys.argv[1:]))"]
-        + ["conformance", f"{package}.backend:{cls}"]
-        + ["--hooks", f"{package}.conformance:{hooks}", "--profile", "strict", "--json", str(report)],
+        [*CLI, *args, "--profile", "strict", "--json", str(report)],
         check=False,
         capture_output=True,
         text=True,

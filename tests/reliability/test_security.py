@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import torch
 from rel_support import HOST, PrivateServices, free_ports, make_keys, make_pool, round_trip_ok
-from tls_certs import make_certs
 
 from hicache_storage import HiCacheStorage, InvalidKeyError, load_backend, make_config, page_hashes
+from hicache_storage.testing.tls_certs import make_certs
 
 pytestmark = pytest.mark.timeout(90)
 

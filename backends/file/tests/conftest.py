@@ -8,16 +8,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hicache_storage.testing.fault_figures import figures_summary
-
-#: Prefix of the figures this backend's fault tests record.
-_OURS = "file."
+from hicache_storage.testing.pytest_fixtures import services, write_figures  # noqa: F401 (a fixture)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The file backend's measured figures (those of other test directories are theirs to print)."""
-    lines = [line for line in figures_summary() if line.startswith(_OURS)]
-    if lines:
-        terminalreporter.write_sep("-", "file backend: reliability figures")
-        for line in lines:
-            terminalreporter.write_line(line)
+    """The figures this backend's fault tests measured."""
+    write_figures(terminalreporter, "file backend: reliability figures", prefix="file.")

@@ -19,7 +19,7 @@ from hicache_storage_fsspec import FsspecBackend
 
 from hicache_storage.testing import s3_client
 from hicache_storage.testing.fixtures import BackendFactory, fresh_s3_bucket
-from hicache_storage.testing.outage import PrivateServices
+from hicache_storage.testing.pytest_fixtures import services  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="session")
@@ -58,13 +58,3 @@ def open_backend() -> Iterator[BackendFactory]:
     factory = BackendFactory(FsspecBackend)
     yield factory
     factory.close()
-
-
-@pytest.fixture(scope="module")
-def services() -> Iterator[PrivateServices]:
-    """Servers private to one test module, on ports of their own: the tests may stop them."""
-    owned = PrivateServices(__file__)
-    try:
-        yield owned
-    finally:
-        owned.close()

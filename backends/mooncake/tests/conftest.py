@@ -15,9 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hicache_storage_mooncake import MooncakeBackend
 from mooncake_support import client_options, ensure_running
 
-from hicache_storage.testing.fault_figures import figures_summary
 from hicache_storage.testing.fixtures import BackendFactory
-from hicache_storage.testing.outage import PrivateServices
+from hicache_storage.testing.pytest_fixtures import services, write_figures  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="session")
@@ -33,20 +32,6 @@ def open_backend(mooncake: None) -> Iterator[BackendFactory]:
     factory.close()
 
 
-@pytest.fixture(scope="module")
-def services() -> Iterator[PrivateServices]:
-    """Servers private to one test module (started on demand by the tests, stopped afterwards)."""
-    owned = PrivateServices()
-    try:
-        yield owned
-    finally:
-        owned.close()
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print the figures the fault tests measured."""
-    lines = figures_summary()
-    if lines:
-        terminalreporter.write_sep("-", "mooncake fault figures")
-        for line in lines:
-            terminalreporter.write_line(line)
+    """The figures this backend's fault tests measured."""
+    write_figures(terminalreporter, "mooncake fault figures", prefix="mooncake")

@@ -7,8 +7,8 @@ Registered in the entry-point group ``hicache_storage.conformance_hooks`` as ``r
   (:class:`~hicache_storage_redis.raw_store.RedisRawStore`);
 - ``stop_server(backend)`` / ``start_server(backend)``: stop and start the source checkout's test
   server (``scripts/services``: ``redis``, or every node of ``redis-cluster``) the backend connects to.
-  Only such a test server is ever stopped: for any other server the hooks raise :class:`LookupError`
-  naming both, and outside a source checkout :class:`FileNotFoundError`.
+  Only such a test server is ever stopped: for any other server, or outside a source checkout, the
+  hooks raise :class:`~hicache_storage.testing.hooks.SideChannelUnavailable` naming why (the suite skips).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from hicache_storage.testing.fixtures import checkout_services
+from hicache_storage.testing.hooks import SideChannelUnavailable
 from hicache_storage.testing.services import TestServices
 
 from .backend import RedisBackend
@@ -48,8 +49,11 @@ class RedisHooks:
         services.start(name)
 
     def service_of(self, backend: RedisBackend) -> tuple[TestServices, str]:
-        """The test services and the name of the one serving ``backend``; :class:`LookupError` if none does."""
-        services = self._services if self._services is not None else checkout_services(__file__)
+        """The test services and the name of the one serving ``backend`` (:class:`SideChannelUnavailable`: none)."""
+        try:
+            services = self._services if self._services is not None else checkout_services(__file__)
+        except FileNotFoundError as error:
+            raise SideChannelUnavailable(f"no test servers to stop: {error}") from None
         settings = services.settings()
         if backend.options.cluster:
             name = "redis-cluster"
@@ -60,7 +64,7 @@ class RedisHooks:
             served = {(url.hostname or "", url.port or 0)}
         addresses = server_addresses(backend.options)
         if not served.intersection(addresses):
-            raise LookupError(
+            raise SideChannelUnavailable(
                 f"the outage hooks stop only the test servers of {services.root} (scripts/services); "
                 f"the backend connects to {_shown(addresses)}, not to its {name} ({_shown(sorted(served))})"
             )

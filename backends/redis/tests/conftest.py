@@ -15,9 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hicache_storage_redis import RedisBackend
 from redis_support import control, settings
 
-from hicache_storage.testing.fault_figures import figures_summary
 from hicache_storage.testing.fixtures import BackendFactory
-from hicache_storage.testing.outage import PrivateServices
+from hicache_storage.testing.pytest_fixtures import services, write_figures  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="session")
@@ -37,16 +36,6 @@ def cluster_nodes(env: dict[str, str]) -> list[str]:
     return env["HICACHE_TEST_REDIS_CLUSTER_NODES"].split(",")
 
 
-@pytest.fixture(scope="module")
-def services() -> Iterator[PrivateServices]:
-    """Servers private to one test module (started on demand by the tests, stopped afterwards)."""
-    owned = PrivateServices()
-    try:
-        yield owned
-    finally:
-        owned.close()
-
-
 @pytest.fixture
 def open_backend() -> Iterator[BackendFactory]:
     """Factory: ``open_backend(options, pool=None)`` (a ``HiCacheStorage`` over the redis backend) under a
@@ -57,9 +46,5 @@ def open_backend() -> Iterator[BackendFactory]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print the figures the fault tests measured (recovery times, worst calls against the deadline)."""
-    lines = figures_summary()
-    if lines:
-        terminalreporter.write_sep("-", "redis fault figures")
-        for line in lines:
-            terminalreporter.write_line(line)
+    """The figures this backend's fault tests measured."""
+    write_figures(terminalreporter, "redis fault figures", prefix="redis")

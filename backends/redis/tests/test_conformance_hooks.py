@@ -8,6 +8,7 @@ from hicache_storage_redis.conformance import RedisHooks
 from redis_support import SERVICES
 
 from hicache_storage import HiCacheStorage, make_config
+from hicache_storage.testing.hooks import SideChannelUnavailable
 from hicache_storage.testing.outage import free_ports
 
 
@@ -19,7 +20,7 @@ def test_outage_hooks_refuse_a_server_that_is_not_a_test_server(cluster: bool) -
         backend = storage.backend
         assert isinstance(backend, RedisBackend)
         for hook in (RedisHooks(SERVICES).stop_server, RedisHooks().start_server):
-            with pytest.raises(LookupError, match=f"connects to 127.0.0.1:{port}, not to its redis"):
+            with pytest.raises(SideChannelUnavailable, match=f"connects to 127.0.0.1:{port}, not to its redis"):
                 hook(backend)
 
 

@@ -23,7 +23,6 @@ import pytest
 import redis
 from hicache_storage_conformance import BackendConformance
 from redis_support import CLUSTER_RESILIENCE
-from tls_certs import TlsFiles, make_certs
 
 from hicache_storage import ConfigError, HiCacheStorage, load_backend, make_config
 from hicache_storage.plugin.page_format import HEADER_SIZE
@@ -43,6 +42,7 @@ from hicache_storage.testing.outage import (
     round_trip_ok,
     scramble_pages,
 )
+from hicache_storage.testing.tls_certs import TlsFiles, make_certs
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,12 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hicache_storage_s3 import S3Backend
 from s3_support import SERVICES, s3_client, s3_options, settings
 
-from hicache_storage.testing.fault_figures import figures_summary
 from hicache_storage.testing.fixtures import BackendFactory, fresh_s3_bucket
-from hicache_storage.testing.outage import PrivateServices
-
-#: Prefix of the figures this backend's fault tests record.
-_OURS = "s3."
+from hicache_storage.testing.pytest_fixtures import services, write_figures  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="session")
@@ -48,20 +44,6 @@ def open_backend(env: dict[str, str], bucket: str) -> Iterator[BackendFactory]:
     factory.close()
 
 
-@pytest.fixture(scope="module")
-def services() -> Iterator[PrivateServices]:
-    """Servers private to one test module, on ports of their own: the tests may stop them."""
-    owned = PrivateServices(__file__)
-    try:
-        yield owned
-    finally:
-        owned.close()
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The s3 backend's measured figures (those of other test directories are theirs to print)."""
-    lines = [line for line in figures_summary() if line.startswith(_OURS)]
-    if lines:
-        terminalreporter.write_sep("-", "s3 backend: reliability figures")
-        for line in lines:
-            terminalreporter.write_line(line)
+    """The figures this backend's fault tests measured."""
+    write_figures(terminalreporter, "s3 backend: reliability figures", prefix="s3.")

@@ -1,4 +1,4 @@
-"""Throw-away TLS certificates (a CA, a server and a client pair) for the TLS reliability tests."""
+"""Throw-away TLS certificates (a CA, a server and a client pair) for tests of TLS connections on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rel_support import HOST
+from .outage import HOST
 
 
 class TlsFiles(NamedTuple):
