@@ -22,7 +22,7 @@ from .plugin.backend import Backend
 from .pools.context import BatchContext
 from .stats import StorageStats
 
-__all__ = ["MANIFEST_REFRESH_S", "ManifestKeeper", "StoreAdmin", "iter_pages", "read_manifest"]
+__all__ = ["MANIFEST_REFRESH_S", "ManifestKeeper", "StoreAdmin", "iter_pages", "manifest_key", "read_manifest"]
 
 #: Seconds between two manifest writes of one pool by one instance (its ``last_write`` resolution).
 MANIFEST_REFRESH_S = 60.0
@@ -89,7 +89,7 @@ class StoreAdmin:
 
     def read_manifest(self, space_or_key: KeySpace | str) -> KeySpaceManifest | None:
         """The stored manifest of a key space (or under a manifest storage key); ``None`` if absent or damaged."""
-        key = _manifest_key(space_or_key) if isinstance(space_or_key, KeySpace) else space_or_key
+        key = manifest_key(space_or_key) if isinstance(space_or_key, KeySpace) else space_or_key
         space = space_or_key if isinstance(space_or_key, KeySpace) else _raw_context().keyspace
         buffer = bytearray(MANIFEST_BYTES)
         context = BatchContext(pool="", keyspace=space, record_bytes=MANIFEST_BYTES)
@@ -103,7 +103,7 @@ class StoreAdmin:
         """Store ``manifest`` as ``space``'s (raises on a fault)."""
         record = bytearray(manifest.to_bytes())
         sized = BatchContext(pool=pool, keyspace=space, record_bytes=MANIFEST_BYTES)
-        self.operator.write_pages([_manifest_key(space)], [[memoryview(record)]], sized)
+        self.operator.write_pages([manifest_key(space)], [[memoryview(record)]], sized)
 
 
 class _Lister(Protocol):
@@ -135,7 +135,8 @@ def _raw_context(pool: str = "") -> BatchContext:
     return BatchContext(pool=pool, keyspace=space)
 
 
-def _manifest_key(space: KeySpace) -> str:
+def manifest_key(space: KeySpace) -> str:
+    """The storage key of ``space``'s manifest record."""
     return f"{space.prefix}{MANIFEST_KEY}.{space.rank_suffix}"
 
 
@@ -152,7 +153,7 @@ class ManifestKeeper:
 
     def after_write(self, space: KeySpace, context: BatchContext) -> None:
         """Record that ``space`` was written now (cheap unless a refresh is due); never raises."""
-        key = _manifest_key(space)
+        key = manifest_key(space)
         now = time.time()
         with self._lock:
             last = self._written.get(key)

@@ -18,6 +18,7 @@ import torch
 
 from hicache_storage import Capabilities, HiCacheStorageConfig, HostKVPool, make_config
 from hicache_storage.plugin import Backend
+from hicache_storage.testing import manifest_key
 from hicache_storage.testing.layers import FaultPoints, Wrapper
 
 from . import skips
@@ -434,9 +435,12 @@ class Harness:
                 if handle in self.stopped:
                     self.start_server(handle)
                 if self.sdk and caps.supports_delete and self.issued_keys:
-                    for pool in ("kv", *handle.sidecars):
+                    pools = ("kv", *handle.sidecars)
+                    for pool in pools:
                         for begin in range(0, len(self.issued_keys), 512):
                             handle.backend.delete(self.issued_keys[begin : begin + 512], pool=pool)
+                    if caps.supports_list:  # the key spaces' manifests, written beside their pages
+                        handle.backend.delete_stored([manifest_key(handle.backend.pool_keyspace(p)) for p in pools])
                 elif caps.supports_clear:
                     handle.backend.clear()
             except Exception as exc:

@@ -39,6 +39,7 @@ from ..plugin.backend import Backend
 from ..pools import BatchContext, HostStatePool, pool_facts, pool_name_str
 from ..pools.buffers import pool_page_buffers
 from ..registry import load_backend
+from ..store_admin import manifest_key
 from .services import TestServices, s3_client
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "attach_hybrid_pools",
     "make_hybrid_pools",
     "make_state_pool",
+    "manifest_key",
     "plain_context",
     "pool_facts",
     "pool_name_str",

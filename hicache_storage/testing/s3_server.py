@@ -261,7 +261,7 @@ class S3CredentialChecks:
             assert [page_bytes(pool, p) for p in range(8, 12)] == written
             got = backend.batch_get(keys[:1])
             assert got[0] is not None and bytes(got[0].view(torch.uint8).numpy()) == written[0]
-            assert_hidden(server.writer, repr(backend), str(backend.get_stats()))
+            assert_hidden(server.writer, repr(backend), repr(backend.backend), str(backend.get_stats()))
         finally:
             backend.clear()
             backend.close()
@@ -307,7 +307,7 @@ class S3CredentialChecks:
         backend = make_backend(self.backend_class, options, pool)
         try:
             assert_calls_miss(backend, pool, keys)
-            assert_hidden(key, repr(backend), str(backend.get_stats()))
+            assert_hidden(key, repr(backend), repr(backend.backend), str(backend.get_stats()))
             assert writer.batch_exists(keys) == 2
         finally:
             backend.close()
@@ -325,7 +325,7 @@ class S3CredentialChecks:
             assert backend.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
             server.revoke("rotated", key)
             assert_calls_miss(backend, pool, keys)
-            assert_hidden(key, repr(backend), str(backend.get_stats()))
+            assert_hidden(key, repr(backend), repr(backend.backend), str(backend.get_stats()))
         finally:
             backend.close()
         assert_not_logged(caplog, key.secret_access_key)

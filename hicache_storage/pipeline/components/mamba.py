@@ -4,7 +4,7 @@ Rules: the state after a prefix of ``end`` pages is all a restore needs besides 
 needs the one state unit at position ``end - 1`` (hit policy ``TRAILING_PAGES`` with a window of
 one) and a backup of a span writes only the state at its end. A prefix is restorable only where a
 state was saved: at span ends. Units are state slots (``page_size`` 1) of a
-:class:`~hicache_storage.state_pool.HostStatePool` on the host and a :class:`DeviceStatePool` on the
+:class:`~hicache_storage.pools.state_pool.HostStatePool` on the host and a :class:`DeviceStatePool` on the
 device.
 """
 
