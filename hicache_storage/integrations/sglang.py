@@ -165,6 +165,13 @@ def _missed(transfers: Sequence[Any]) -> dict[Any, list[bool]]:
     return results
 
 
+def _checked(results: Any) -> dict[Any, list[bool]]:
+    """A v2 answer as a dict of bool lists; anything else raises (and is counted as the call's error)."""
+    if not isinstance(results, dict):
+        raise TypeError(f"a v2 transfer returned {type(results).__name__}, not a dict of bool lists")
+    return {name: [flag is True for flag in flags] for name, flags in results.items()}
+
+
 #: Counter prefix of the calls this adapter answered with a miss because they raised (``adapter_errors.<call>``).
 ERROR_COUNTER = "adapter_errors."
 #: Calls kept per operation between two ``get_stats()`` calls for SGLang's ``StorageMetrics``.
@@ -344,7 +351,7 @@ class SGLangBackend(_Base):
         except Exception as error:  # not a list of transfers: nothing to move, nothing to key
             self._count_error(op, error)
             return {}
-        results = self._guard(op, None, lambda: call(items, extra_info, strict=False))
+        results = self._guard(op, None, lambda: _checked(call(items, extra_info, strict=False)))
         missed = _missed(items)
         if results is None:
             return missed
@@ -367,8 +374,13 @@ class SGLangBackend(_Base):
         self._guard("close", None, self.backend.close)
 
     def sdk_stats(self) -> dict[str, Any]:
-        """The SDK backend's ``get_stats()`` (this adapter's error counters are among its ``counters``)."""
-        return self.backend.get_stats()
+        """The SDK backend's ``get_stats()``; ``["adapter"]["errors"]`` (call → count) restates its
+        ``adapter_errors.<call>`` counters, and ``["adapter"]["last_error"]`` is its ``last_fault``."""
+        stats = self.backend.get_stats()
+        counters: dict[str, Any] = stats.get("counters", {})
+        errors = {name[len(ERROR_COUNTER) :]: int(n) for name, n in counters.items() if name.startswith(ERROR_COUNTER)}
+        stats["adapter"] = {"errors": errors, "last_error": stats.get("last_fault") if errors else None}
+        return stats
 
     def get_stats(self) -> Any:
         """SGLang's ``StorageMetrics`` (per-batch page counts and GB/s since the last call).

@@ -20,7 +20,7 @@ _OPS = ("exists", "get", "set")
 
 def is_modelled(backend: HiCacheStorage) -> bool:
     """Whether the backend reports modelled time (the sim backend)."""
-    return hasattr(backend, "last_call_seconds")
+    return hasattr(backend.backend, "last_call_seconds")
 
 
 def io_seconds(backend: HiCacheStorage, ops: tuple[str, ...] = ("exists", "get")) -> float:

@@ -171,8 +171,9 @@ def test_v2_results_are_never_none_and_errors_are_counted_misses(tmp_path: Path)
     assert isinstance(empty, result_type) and (empty.kv_hit_pages, empty.extra_pool_hit_pages) == (0, {})
     assert store.batch_exists_v2(["bad key"]).kv_hit_pages == 0
     assert store.batch_exists_v2(KEYS[:1], [transfer("no_such_pool", None)]).kv_hit_pages == 0
-    errors = store.sdk_stats()["adapter"]["errors"]
-    assert errors == {"batch_set_v2": 3, "batch_get_v2": 3, "batch_exists_v2": 3}
+    stats = store.sdk_stats()
+    assert stats["adapter"]["errors"] == {"batch_set_v2": 1, "batch_exists_v2": 3}  # the calls that raised
+    assert stats["counters"]["malformed_transfers"] == 5  # the transfers that failed alone
     store.close()
     assert store.batch_get_v2([good]) == {PoolName.SWA: [False, False]}  # closed
     assert store.batch_exists_v2(KEYS[:1]).kv_hit_pages == 0
@@ -236,11 +237,12 @@ def test_v2_traffic_is_in_sglangs_storage_metrics(tmp_path: Path, monkeypatch: p
     assert store.batch_get_v2([transfer("swa", KEYS[:3], 4)]) == {"swa": [True, True, False]}
     monkeypatch.setattr(adapter, "_storage_metrics_class", lambda: FakeStorageMetrics)
     metrics = store.get_stats()
-    assert metrics.backup_pgs == [3] and metrics.prefetch_pgs == [3]
-    assert len(metrics.backup_bandwidth) == 1 and metrics.backup_bandwidth[0] > 0
+    # one sample per pool of a v2 call, as the SDK's statistics record them
+    assert metrics.backup_pgs == [2, 1] and metrics.prefetch_pgs == [3]
+    assert len(metrics.backup_bandwidth) == 2 and all(rate > 0 for rate in metrics.backup_bandwidth)
     assert len(metrics.prefetch_bandwidth) == 1 and metrics.prefetch_bandwidth[0] > 0
-    sizes = store._pool_page_bytes
-    assert sizes["swa"] == pools["swa"].bytes_per_page and sizes["mamba"] == pools["mamba"].size_per_token
+    assert store.sdk_stats()["ops"]["set"]["bytes"] == 2 * pools["swa"].bytes_per_page + pools["mamba"].size_per_token
+    assert store.get_stats().backup_pgs == []  # drained: each sample is reported once
 
 
 def test_construction_errors_name_the_option(tmp_path: Path) -> None:
