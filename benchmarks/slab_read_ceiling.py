@@ -38,9 +38,9 @@ import torch
 from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.layout import payload_checksum
-from hicache_storage_slab.parallel import IoThreads
 
 from hicache_storage import HiCacheStorage, make_config
+from hicache_storage.plugin.io_threads import IoThreads
 
 PageRead = Callable[[int], None]  # read page number i
 SEED_DIGEST = bytes(range(16))  # any key digest: the checksum's seed, as the slab derives it

@@ -7,7 +7,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["Capabilities"]
+__all__ = ["SHARED_STORE", "Capabilities"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +52,11 @@ class Capabilities:
     def as_dict(self) -> dict[str, Any]:
         """Plain dict of every capability (for reports and JSON)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+#: What a durable store that many processes share usually declares: pages persist and are shared,
+#: delete, clear and listing work, and records check themselves. A backend adjusts it with
+#: ``SHARED_STORE.with_overrides({...})``.
+SHARED_STORE = Capabilities(
+    persistent=True, shared=True, supports_delete=True, supports_clear=True, verifies_integrity=True, supports_list=True
+)

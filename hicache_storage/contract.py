@@ -96,6 +96,8 @@ class HiCacheStorage:
         settings = StorageSettings.from_config(config)
         if not resilience:
             settings = replace(settings, resilience=None)
+        #: The SDK's options from ``extra_config`` (namespace, model revision, manifests, pinned, resilience)
+        #: and ``io_timeout_s``, the client timeout the backend was given.
         self.settings = settings
         #: The backend's parsed ``Options``.
         self.options: Any = settings.backend_options(cls.Options)
@@ -122,26 +124,6 @@ class HiCacheStorage:
     def backend(self) -> Backend[Any]:
         """The backend instance this storage holds (for its own tools and its conformance hooks)."""
         return self._stack.backend
-
-    @property
-    def namespace(self) -> str:
-        """The tenant namespace (``extra_config.namespace``) every key space carries."""
-        return self.settings.namespace
-
-    @property
-    def model_revision(self) -> str:
-        """The model revision (``extra_config.model_revision``) every key space carries."""
-        return self.settings.model_revision
-
-    @property
-    def pinned(self) -> bool:
-        """Whether age purges and the SDK's own eviction skip this deployment's key spaces."""
-        return self.settings.pinned
-
-    @property
-    def io_timeout_s(self) -> float:
-        """The client I/O timeout the backend was given (the resilience deadline, or 5 s with the policy off)."""
-        return self.settings.io_timeout_s
 
     @property
     def closed(self) -> bool:
@@ -191,7 +173,11 @@ class HiCacheStorage:
                 f"pool {name!r}", f"pages of {facts.page_bytes} bytes exceed this backend's max_page_bytes={limit}"
             )
         space = pool_keyspace(
-            self.config, facts, pool_name=name, namespace=self.namespace, model_revision=self.model_revision
+            self.config,
+            facts,
+            pool_name=name,
+            namespace=self.settings.namespace,
+            model_revision=self.settings.model_revision,
         )
         if self._pools.add(RegisteredPool(name, pool, space, facts)):
             self._stack.engine.on_register_pool(pool, space)

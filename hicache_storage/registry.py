@@ -25,6 +25,7 @@ __all__ = [
     "BackendInfo",
     "available_backends",
     "check_api_version",
+    "import_object",
     "load_backend",
     "register_backend",
     "resolve_backend",
@@ -115,13 +116,20 @@ def check_api_version(plugin_version: object, *, host_version: str = API_VERSION
         )
 
 
-def _import_target(target: str) -> Any:
-    module_name, _, attr = target.partition(":")
+def import_object(path: str, what: str = "backend class") -> Any:
+    """The object a ``"module:Name"`` path names (``Name`` may be dotted).
+
+    Raises :class:`BackendLoadError` naming ``what`` and the path for a malformed path or any import error.
+    """
+    module_name, _, attr = path.partition(":")
     if not module_name or not attr:
-        raise BackendLoadError(f"{target!r} is not a 'module:Class' path")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+        raise BackendLoadError(f"{what} {path!r} is not a 'module:Name' path")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        raise BackendLoadError(f"cannot import {what} {path!r}: {type(exc).__name__}: {exc}") from exc
     return obj
 
 
@@ -143,7 +151,7 @@ def resolve_backend(name: str, *, path: Sequence[str] | None = None) -> tuple[ty
             name, target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}", "registered"
         )
         try:
-            cls = _import_target(target) if isinstance(target, str) else target
+            cls = import_object(target) if isinstance(target, str) else target
         except Exception as exc:
             raise BackendLoadError(f"cannot import registered {info.describe()}: {exc}") from exc
         return _validate_class(cls, info.describe()), _with_class(info, cls)
@@ -167,12 +175,7 @@ def resolve_backend(name: str, *, path: Sequence[str] | None = None) -> tuple[ty
         return _validate_class(cls, info.describe()), _with_class(info, cls)
     if ":" in name:
         info = BackendInfo(name, name, "import path")
-        try:
-            cls = _import_target(name)
-        except BackendLoadError:
-            raise
-        except Exception as exc:
-            raise BackendLoadError(f"cannot import backend class {name!r}: {type(exc).__name__}: {exc}") from exc
+        cls = import_object(name)
         return _validate_class(cls, info.describe()), _with_class(info, cls)
     known = ", ".join(sorted({i.name for i in available_backends(path=path)})) or "none installed"
     raise BackendLoadError(

@@ -238,10 +238,10 @@ def test_options_and_timeout_reach_the_backend_and_its_raw_baseline() -> None:
 
     config = make_config("m", extra_config={"size": 7, "namespace": "n", "resilience": {"deadline_s": 2.5}})
     instance = HiCacheStorage(WithOptions, config)
-    assert seen == [(Opts(size=7), 2.5)] and instance.options == Opts(size=7) and instance.io_timeout_s == 2.5
+    assert seen == [(Opts(size=7), 2.5)] and instance.options == Opts(size=7) and instance.settings.io_timeout_s == 2.5
     assert raw_baseline_for(WithOptions, config) == (Opts(size=7), 2.5)
     assert raw_baseline_for(WithOptions, make_config("m"))[1] == 5.0  # type: ignore[index]
-    assert HiCacheStorage(WithOptions, config, resilience=False).io_timeout_s == 5.0
+    assert HiCacheStorage(WithOptions, config, resilience=False).settings.io_timeout_s == 5.0
     with pytest.raises(ConfigError, match=r"extra_config\.size"):
         raw_baseline_for(WithOptions, make_config("m", extra_config={"size": "big"}))
     assert raw_baseline_for(MemoryBackend, config) is None

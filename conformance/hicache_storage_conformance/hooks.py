@@ -19,12 +19,12 @@ suite finds them. A backend given by class or ``module:Class`` names its hooks e
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import MutableMapping
 from importlib import metadata
 from typing import Any
 
 from hicache_storage import BackendLoadError
+from hicache_storage.testing import import_object
 from hicache_storage.testing.hooks import SideChannelUnavailable
 
 __all__ = ["HOOKS_GROUP", "ConformanceHooks", "SideChannelUnavailable", "as_hooks", "find_hooks"]
@@ -146,16 +146,7 @@ def as_hooks(value: Any) -> ConformanceHooks:
     """:class:`ConformanceHooks` from a hooks instance or class, a plain hook object or class, or a
     ``"module:Name"`` path; raises :class:`BackendLoadError` when a path cannot be imported."""
     if isinstance(value, str):
-        module_name, _, attr = value.partition(":")
-        if not module_name or not attr:
-            raise BackendLoadError(f"conformance hooks {value!r} is not a 'module:Name' path")
-        try:
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except Exception as exc:
-            raise BackendLoadError(f"cannot import conformance hooks {value!r}: {type(exc).__name__}: {exc}") from exc
-        value = obj
+        value = import_object(value, "conformance hooks")
     if isinstance(value, type):
         value = value()
     return value if isinstance(value, ConformanceHooks) else _Adapter(value)

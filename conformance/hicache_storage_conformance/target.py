@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from hicache_storage import (
     resolve_backend,
 )
 from hicache_storage.plugin import Backend
+from hicache_storage.testing import import_object
 from hicache_storage.testing.layers import LayerFactory, capability_overrides
 
 __all__ = [
@@ -177,19 +177,6 @@ def parse_capability_overrides(items: list[str]) -> dict[str, Any]:
     return result
 
 
-def _import_class(path: str) -> Any:
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise BackendLoadError(f"{path!r} is not a 'module:Class' path")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except Exception as exc:
-        raise BackendLoadError(f"cannot import backend class {path!r}: {type(exc).__name__}: {exc}") from exc
-    return obj
-
-
 def _sglang_target(name: str, cls: Any, overrides: dict[str, Any], info: BackendInfo | None) -> BackendUnderTest:
     if not isinstance(cls, type):
         raise BackendLoadError(f"{name!r} is {cls!r}, not a class")
@@ -228,7 +215,7 @@ def resolve_target(
     if not isinstance(backend, str) or not backend:
         raise BackendLoadError(f"backend must be an entry-point name, 'module:Class' or a class, got {backend!r}")
     if ":" in backend:
-        cls = _import_class(backend)
+        cls = import_object(backend)
         if not (isinstance(cls, type) and issubclass(cls, Backend)):
             return _sglang_target(backend, cls, overrides, BackendInfo(backend, backend, "import path"))
     cls, info = resolve_backend(backend)

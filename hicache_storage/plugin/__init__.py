@@ -15,7 +15,7 @@ optional primitives) and is built from a :class:`BackendSetup`. Beside it:
 
 from __future__ import annotations
 
-from ..capabilities import Capabilities
+from ..capabilities import SHARED_STORE, Capabilities
 from ..errors import BackendFault, ConfigError, InvalidRequestError, UnsupportedOperation
 from ..keys import KeySpace
 from ..listing import StoredPage, keyspace_prefix_of, page_after
@@ -31,6 +31,7 @@ __all__ = [
     "API_VERSION",
     "KV_POOL",
     "SECRET",
+    "SHARED_STORE",
     "Backend",
     "BackendFault",
     "BackendSetup",

@@ -38,7 +38,7 @@ from ..layers.stack import LayerFactory
 from ..plugin.backend import Backend
 from ..pools import BatchContext, HostStatePool, pool_facts, pool_name_str
 from ..pools.buffers import pool_page_buffers
-from ..registry import load_backend
+from ..registry import import_object, load_backend
 from ..store_admin import manifest_key
 from .services import TestServices, s3_client
 
@@ -49,6 +49,7 @@ __all__ = [
     "PAGE_SIZE",
     "attach_hybrid_pools",
     "make_hybrid_pools",
+    "import_object",
     "make_state_pool",
     "manifest_key",
     "plain_context",

@@ -1,9 +1,9 @@
 """Pytest pieces of the outage kit, for a plugin's ``conftest.py``::
 
-    from hicache_storage.testing.pytest_fixtures import services, write_figures  # noqa: F401 (a fixture)
+from hicache_storage.testing.pytest_fixtures import services, write_figures  # noqa: F401 (a fixture)
 
-    def pytest_terminal_summary(terminalreporter):
-        write_figures(terminalreporter, "redis fault figures", prefix="redis.")
+def pytest_terminal_summary(terminalreporter):
+    write_figures(terminalreporter, "redis fault figures", prefix="redis.")
 """
 
 from __future__ import annotations

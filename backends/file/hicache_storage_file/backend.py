@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hicache_storage.plugin import (
+    SHARED_STORE,
     Backend,
     BackendSetup,
     BatchContext,
@@ -33,6 +34,7 @@ from hicache_storage.plugin import (
     PageBuffers,
     StoredPage,
 )
+from hicache_storage.plugin.io_threads import IoThreads
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
 from hicache_storage.plugin.vectored_io import preadv_all, writev_all
 
@@ -40,7 +42,6 @@ from .eviction import ChainEviction
 from .layout import PageLayout
 from .listing import list_page_files
 from .options import FileOptions, resolve_root
-from .parallel import map_pages
 from .raw_baseline import RawFiles
 
 __all__ = ["FileBackend"]
@@ -62,15 +63,7 @@ class FileBackend(Backend[FileOptions]):
     Options = FileOptions
     #: Plain file I/O in ``<path>/raw-baseline`` for ``hicache-storage bench`` to compare with.
     raw_baseline_class = RawFiles
-    capabilities = Capabilities(
-        zero_copy=True,
-        persistent=True,
-        shared=True,
-        supports_delete=True,
-        supports_clear=True,
-        verifies_integrity=True,
-        supports_list=True,
-    )
+    capabilities = SHARED_STORE.with_overrides({"zero_copy": True})
 
     def __init__(self, setup: BackendSetup[FileOptions]) -> None:
         options = setup.options
@@ -98,6 +91,7 @@ class FileBackend(Backend[FileOptions]):
         self._fsync = options.fsync
         #: Threads that move the pages of one batch (``extra_config.io_threads`` resolved).
         self.io_threads = options.io_threads if options.io_threads is not None else min(4, os.cpu_count() or 1)
+        self._threads = IoThreads(self.io_threads)
         self._nonce = secrets.token_hex(4)
         self._counter = itertools.count()
         self._eviction: ChainEviction | None = None
@@ -143,7 +137,7 @@ class FileBackend(Backend[FileOptions]):
                 errors.append(error)
                 return False
 
-        results = map_pages(write, keys, pages, self.io_threads)
+        results = self._threads.map(write, keys, pages)
         if errors:
             if len(errors) == len(keys):
                 raise errors[0]  # nothing was stored: a fault of the call, for the resilience policy
@@ -193,8 +187,11 @@ class FileBackend(Backend[FileOptions]):
             return False
         return True
 
+    def release(self) -> None:
+        self._threads.close()
+
     def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
-        return map_pages(self._read_one, keys, pages, self.io_threads)
+        return self._threads.map(self._read_one, keys, pages)
 
     def _read_one(self, key: str, page: PageBuffers) -> bool:
         try:

@@ -28,6 +28,7 @@ from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
 from hicache_storage.plugin import (
+    SHARED_STORE,
     Backend,
     BackendSetup,
     BatchContext,
@@ -62,14 +63,7 @@ class FsspecBackend(Backend[FsspecOptions]):
     Options = FsspecOptions
     #: Bulk fsspec calls under ``<root>/raw-baseline`` for ``hicache-storage bench`` to compare with.
     raw_baseline_class = RawFsspec
-    capabilities = Capabilities(
-        persistent=True,
-        shared=True,
-        supports_delete=True,
-        supports_clear=True,
-        verifies_integrity=True,
-        supports_list=True,
-    )
+    capabilities = SHARED_STORE
 
     @classmethod
     def capabilities_for(cls, options: FsspecOptions) -> Capabilities:

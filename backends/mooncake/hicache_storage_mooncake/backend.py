@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from hicache_storage.plugin import (
+    SHARED_STORE,
     Backend,
     BackendFault,
     BackendSetup,
@@ -102,15 +103,8 @@ class MooncakeBackend(Backend[MooncakeOptions]):
     Options = MooncakeOptions
     #: Mooncake batch calls through a registered staging buffer for ``hicache-storage bench`` to compare with.
     raw_baseline_class = RawMooncake
-    capabilities = Capabilities(
-        zero_copy=True,
-        persistent=False,
-        shared=True,
-        may_evict=True,
-        supports_delete=True,
-        supports_clear=True,
-        max_batch_size=128,
-        verifies_integrity=True,
+    capabilities = SHARED_STORE.with_overrides(
+        {"zero_copy": True, "persistent": False, "may_evict": True, "supports_list": False}
     )
 
     @classmethod

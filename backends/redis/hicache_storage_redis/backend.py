@@ -24,6 +24,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from hicache_storage.plugin import (
+    SHARED_STORE,
     Backend,
     BackendSetup,
     BatchContext,
@@ -64,15 +65,7 @@ class RedisBackend(Backend[RedisOptions]):
     Options = RedisOptions
     #: redis-py pipelines under ``<key_prefix>raw-baseline/`` for ``hicache-storage bench`` to compare with.
     raw_baseline_class = RawRedis
-    capabilities = Capabilities(
-        persistent=True,
-        shared=True,
-        may_evict=True,
-        supports_delete=True,
-        supports_clear=True,
-        verifies_integrity=True,
-        supports_list=True,
-    )
+    capabilities = SHARED_STORE.with_overrides({"may_evict": True})
 
     @classmethod
     def capabilities_for(cls, options: RedisOptions) -> Capabilities:

@@ -26,10 +26,10 @@ from botocore.exceptions import ClientError, NoCredentialsError
 from urllib3.util import Timeout
 
 from hicache_storage.plugin import (
+    SHARED_STORE,
     Backend,
     BackendSetup,
     BatchContext,
-    Capabilities,
     ConfigError,
     PageBuffers,
     StoredPage,
@@ -61,14 +61,7 @@ class S3Backend(Backend[S3Options]):
     Options = S3Options
     #: boto3 calls under ``<prefix>/raw-baseline/`` for ``hicache-storage bench`` to compare with.
     raw_baseline_class = RawS3
-    capabilities = Capabilities(
-        persistent=True,
-        shared=True,
-        supports_delete=True,
-        supports_clear=True,
-        verifies_integrity=True,
-        supports_list=True,
-    )
+    capabilities = SHARED_STORE
 
     def __init__(self, setup: BackendSetup[S3Options]) -> None:
         options = setup.options

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hicache_storage.plugin import (
+    SHARED_STORE,
     Backend,
     BackendFault,
     BackendSetup,
@@ -43,13 +44,7 @@ class SimBackend(Backend[SimOptions]):
     """
 
     Options = SimOptions
-    capabilities = Capabilities(
-        zero_copy=True,
-        supports_delete=True,
-        supports_clear=True,
-        verifies_integrity=True,
-        supports_list=True,
-    )
+    capabilities = SHARED_STORE.with_overrides({"zero_copy": True, "persistent": False, "shared": False})
 
     def __init__(self, setup: BackendSetup[SimOptions]) -> None:
         options = setup.options

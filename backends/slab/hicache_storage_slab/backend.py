@@ -20,20 +20,20 @@ import time
 from collections.abc import Sequence
 
 from hicache_storage.plugin import (
+    SHARED_STORE,
     Backend,
     BackendFault,
     BackendSetup,
     BatchContext,
-    Capabilities,
     ConfigError,
     HostPool,
     KeySpace,
     PageBuffers,
 )
+from hicache_storage.plugin.io_threads import IoThreads
 
 from .layout import Geometry, SuperblockError, parse_superblock
 from .options import SlabOptions, io_thread_count, resolve_root
-from .parallel import IoThreads
 from .raw_baseline import RawSlab
 from .slab import Slab, WritePlan, blank_headers
 from .slab_files import SLAB_FILE_MARK, SlabFile
@@ -54,15 +54,7 @@ class SlabBackend(Backend[SlabOptions]):
 
     Options = SlabOptions
     raw_baseline_class = RawSlab
-    capabilities = Capabilities(
-        zero_copy=True,
-        persistent=True,
-        shared=True,
-        may_evict=True,
-        supports_delete=True,
-        supports_clear=True,
-        verifies_integrity=True,
-    )
+    capabilities = SHARED_STORE.with_overrides({"zero_copy": True, "may_evict": True, "supports_list": False})
 
     def __init__(self, setup: BackendSetup[SlabOptions]) -> None:
         options = setup.options

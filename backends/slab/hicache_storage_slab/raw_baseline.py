@@ -14,8 +14,9 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from hicache_storage.plugin.io_threads import IoThreads
+
 from .options import SlabOptions, io_thread_count, resolve_root
-from .parallel import IoThreads
 from .slab_files import no_readahead
 
 __all__ = ["RawSlab"]

@@ -32,7 +32,7 @@ class IoThreads:
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._executor is None or self._pid != os.getpid():  # a forked child starts its own
-                self._executor = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="hicache-slab-io")
+                self._executor = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="hicache-io")
                 self._pid = os.getpid()
             return self._executor
 
