@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -360,11 +359,39 @@ def _memory(backend: Any) -> MemoryBackend:
     return inner
 
 
+class _ByBareKey(MutableMapping[str, bytes]):
+    """A caller mutant's records by the bare keys the suite names them with on SGLang's surface."""
+
+    def __init__(self, mutant: CallerMutant) -> None:
+        self.store = _memory(mutant).store
+        self.mutant = mutant
+
+    def _key(self, key: str) -> str:
+        space = self.mutant.storage.keyspace
+        assert space is not None
+        return space.storage_key(key)
+
+    def __getitem__(self, key: str) -> bytes:
+        return self.store[self._key(key)]
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        self.store[self._key(key)] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.store[self._key(key)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.store)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+
 class MutantHooks:
     """The reference backend's side channel and outage switch, for either kind of mutant."""
 
-    def raw_store(self, backend: Any) -> OrderedDict[str, bytes]:
-        return _memory(backend).store
+    def raw_store(self, backend: Any) -> MutableMapping[str, bytes]:
+        return _ByBareKey(backend) if isinstance(backend, CallerMutant) else _memory(backend).store
 
     def stop_server(self, backend: Any) -> None:
         _memory(backend).available = False

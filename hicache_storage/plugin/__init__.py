@@ -4,13 +4,14 @@ A backend implements :class:`Backend` (``write_pages``, ``read_pages``, ``pages_
 optional primitives) and is built from a :class:`BackendSetup`. Beside it:
 
 - pages and calls: :class:`BatchContext`, :data:`PageBuffers`, :class:`KeySpace`, :class:`HostPool`;
-- what it declares: :class:`Capabilities`, options helpers (:func:`secret_option`,
-  :func:`resolve_directory`, :class:`NoOptions`), :class:`RawBaseline` for benchmarks;
+- what it declares: :class:`Capabilities` (:data:`SHARED_STORE`: a durable shared store's), options
+  helpers (:func:`secret_option`, :func:`resolve_directory`, :class:`NoOptions`), :class:`RawBaseline`;
 - listings: :class:`StoredPage`, :func:`page_after`, :func:`keyspace_prefix_of`;
 - deadlines of the running call: :func:`current_deadline`, :func:`time_left`, :func:`deadline_scope`;
 - errors: :class:`BackendFault`, :class:`ConfigError`, :class:`InvalidRequestError`, :class:`UnsupportedOperation`;
 - submodules: :mod:`.page_format` (self-checking page records), :mod:`.vectored_io`
-  (``pwritev``/``preadv`` of page segments), :mod:`.lookahead` (work ahead while pages are sent).
+  (``pwritev``/``preadv`` of page segments), :mod:`.io_threads` (a batch's pages on a few threads),
+  :mod:`.lookahead` (work ahead while pages are sent).
 """
 
 from __future__ import annotations

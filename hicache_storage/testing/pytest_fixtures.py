@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from .fault_figures import figures_summary
+from .fault_figures import FAULT_ROWS, fault_table, figures_summary
 from .outage import PrivateServices
 
 __all__ = ["services", "write_figures"]
@@ -30,8 +30,12 @@ def services() -> Iterator[PrivateServices]:
 
 
 def write_figures(terminalreporter: Any, title: str, prefix: str = "") -> None:
-    """Write the figures the tests recorded (those whose name starts with ``prefix``) under ``title``."""
+    """Write the figures the tests recorded whose name starts with ``prefix``, and the fault-table rows of
+    backends whose name does, under ``title``."""
     lines = [line for line in figures_summary() if line.startswith(prefix)]
+    rows = [row for row in FAULT_ROWS if str(row["backend"]).startswith(prefix)]
+    if rows:
+        lines += ["", fault_table(rows)]
     if lines:
         terminalreporter.write_sep("-", title)
         for line in lines:
