@@ -55,7 +55,8 @@ class HiCacheStorageExtraInfo:
 
 
 #: ``extra_config`` keys consumed by the SDK itself (not passed to a backend's options).
-#: The last four are the keys SGLang's dynamic loader puts into the same dict.
+#: ``metrics_*`` configure the SGLang adapter's metrics export; the last four are the keys SGLang's
+#: dynamic loader puts into the same dict.
 SDK_OPTION_NAMES: frozenset[str] = frozenset(
     {
         "namespace",
@@ -63,6 +64,8 @@ SDK_OPTION_NAMES: frozenset[str] = frozenset(
         "manifests",
         "pinned",
         "resilience",
+        "metrics_textfile",
+        "metrics_interval_s",
         "backend",
         "backend_name",
         "module_path",

@@ -5,9 +5,25 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import defaultdict, deque
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["StorageStats"]
+__all__ = ["StatsObserver", "StorageStats"]
+
+
+class StatsObserver(Protocol):
+    """Told of every change :class:`StorageStats` records (an exporter mirrors them elsewhere)."""
+
+    def on_call(self, op: str, pool: str, *, pages: int, ok: int, nbytes: int, seconds: float) -> None:
+        """One batch call of ``op`` on ``pool`` ended."""
+        ...
+
+    def on_fault(self, op: str) -> None:
+        """The backend raised during ``op``."""
+        ...
+
+    def on_event(self, name: str, amount: float) -> None:
+        """A named counter grew by ``amount``."""
+        ...
 
 
 class StorageStats:
@@ -29,6 +45,12 @@ class StorageStats:
         self.last_fault: str | None = None
         self._samples: dict[str, deque[tuple[int, int, float]]] | None = None
         self._sample_limit = 0
+        self._observers: list[StatsObserver] = []
+
+    def observe(self, observer: StatsObserver) -> None:
+        """Tell ``observer`` of every call, fault and event from now on (it must not raise or block)."""
+        with self._lock:
+            self._observers.append(observer)
 
     def keep_samples(self, limit: int) -> None:
         """From now on keep the last ``limit`` calls of each operation as ``(pages, bytes, seconds)``."""
@@ -45,8 +67,12 @@ class StorageStats:
             self._samples[op].clear()
             return kept
 
-    def record(self, op: str, *, pages: int, ok: int, nbytes: int = 0, seconds: float = 0.0, faults: int = 0) -> None:
-        """Add one call's outcome."""
+    def record(
+        self, op: str, *, pages: int, ok: int, nbytes: int = 0, seconds: float = 0.0, faults: int = 0, pool: str = ""
+    ) -> None:
+        """Add one call's outcome (``pool``: the pool it moved pages of, for observers)."""
+        for observer in self._observers:
+            observer.on_call(op, pool, pages=pages, ok=ok, nbytes=nbytes, seconds=seconds)
         with self._lock:
             row = self._ops[op]
             row["calls"] += 1
@@ -65,6 +91,8 @@ class StorageStats:
 
     def fault(self, op: str, error: BaseException) -> None:
         """Count a fault raised by the backend during ``op``."""
+        for observer in self._observers:
+            observer.on_fault(op)
         with self._lock:
             self._ops[op]["faults"] += 1
             self.last_fault = f"{op}: {type(error).__name__}: {error}"[:500]
@@ -76,6 +104,8 @@ class StorageStats:
 
     def bump(self, name: str, amount: float = 1) -> None:
         """Increase a named counter (``integrity_failures``, ``retries``, ...)."""
+        for observer in self._observers:
+            observer.on_event(name, amount)
         with self._lock:
             self._extra[name] += amount
 

@@ -36,6 +36,7 @@ from ..contract import HiCacheStorage
 from ..errors import ConfigError
 from ..pools import PoolName, PoolTransferResult, pool_name_str
 from ..registry import load_backend
+from .prometheus import exporters_for
 
 __all__ = ["LOADER_KEYS", "SGLangBackend", "extra_config_for", "launch_args", "sdk_config", "sglang_available"]
 
@@ -205,6 +206,8 @@ class SGLangBackend(_Base):
         self._pools_registered = False
         if getattr(storage_config, "enable_storage_metrics", False):
             self.backend.stats.keep_samples(_MAX_SAMPLES)
+        #: What to run on close: the last write of each metrics exporter ``extra_config`` asks for.
+        self._exporters = exporters_for(self.backend, dict(config.extra_config or {}), int(config.tp_rank))
 
     # ------------------------------------------------------------ guards
     def _guard(self, op: str, fallback: T, call: Callable[[], T]) -> T:
@@ -370,7 +373,9 @@ class SGLangBackend(_Base):
         return self._guard("clear", False, run)
 
     def close(self) -> None:
-        """Close the SDK backend (idempotent; errors are counted, not raised)."""
+        """Close the SDK backend (idempotent; errors are counted, not raised), after a last metrics export."""
+        for export in self._exporters:
+            self._guard("close", None, export)
         self._guard("close", None, self.backend.close)
 
     def sdk_stats(self) -> dict[str, Any]:

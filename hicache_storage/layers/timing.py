@@ -33,5 +33,7 @@ class Timing(BatchLayer):
         results = call(keys, pages)
         ok = sum(results)
         nbytes = ok * context.page_bytes if op in _MOVES else 0
-        self.stats.record(op, pages=len(keys), ok=ok, nbytes=nbytes, seconds=time.perf_counter() - begin)
+        self.stats.record(
+            op, pages=len(keys), ok=ok, nbytes=nbytes, seconds=time.perf_counter() - begin, pool=context.pool
+        )
         return results
