@@ -7,6 +7,7 @@ than ``IOV_MAX`` buffers or a short write.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -153,3 +154,43 @@ def preadv_all(fd: int, buffers: Sequence[memoryview | bytearray], offset: int =
             break
         _advance(pending, count)
     return total
+
+
+#: Flags of a new file that must not exist yet (and stays closed across exec).
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def publish_file(
+    temp: str,
+    final: str,
+    buffers: Sequence[Buffer],
+    total: int,
+    *,
+    fsync: bool = False,
+    make_directory: Callable[[], None] | None = None,
+) -> None:
+    """Write ``buffers`` (``total`` bytes) to the new file ``temp`` (mode 0600), then rename it over ``final``.
+
+    Readers of ``final`` see the old file or the whole new one, never a part. When ``temp``'s
+    directory is missing, ``make_directory()`` creates it once. On any error ``temp`` is removed and
+    the error raised.
+    """
+    try:
+        fd = os.open(temp, _NEW_FILE_FLAGS, 0o600)
+    except FileNotFoundError:
+        if make_directory is None:
+            raise
+        make_directory()
+        fd = os.open(temp, _NEW_FILE_FLAGS, 0o600)
+    try:
+        try:
+            writev_all(fd, buffers, total)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise

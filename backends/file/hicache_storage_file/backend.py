@@ -36,7 +36,7 @@ from hicache_storage.plugin import (
 )
 from hicache_storage.plugin.io_threads import IoThreads
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
-from hicache_storage.plugin.vectored_io import preadv_all, writev_all
+from hicache_storage.plugin.vectored_io import preadv_all, publish_file
 
 from .eviction import ChainEviction
 from .layout import PageLayout
@@ -47,7 +47,6 @@ from .raw_baseline import RawFiles
 __all__ = ["FileBackend"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
 #: Never block on a FIFO or follow a link planted at a page path (both read as misses).
 _READ_FLAGS = os.O_RDONLY | _CLOEXEC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
 
@@ -163,24 +162,15 @@ class FileBackend(Backend[FileOptions]):
         final = f"{directory}/{name}"
         temp = f"{directory}/{layout.temp_name(name, f'{os.getpid()}-{self._nonce}-{next(self._counter)}')}"
         trailer = self._codec.header(key, page)
-        try:
-            fd = os.open(temp, _WRITE_FLAGS, 0o600)
-        except FileNotFoundError:
-            layout.ensure_directory(directory)
-            fd = os.open(temp, _WRITE_FLAGS, 0o600)
-        try:
-            try:
-                size = HEADER_SIZE + sum(segment.nbytes for segment in page)
-                writev_all(fd, [*page, trailer], size)
-                if self._fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+        size = HEADER_SIZE + sum(segment.nbytes for segment in page)
+        publish_file(
+            temp,
+            final,
+            [*page, trailer],
+            size,
+            fsync=self._fsync,
+            make_directory=lambda: layout.ensure_directory(directory),
+        )
         directories.add(directory)
         if self._eviction is not None and size > self._eviction.max_bytes:
             self._remove(final)

@@ -5,7 +5,6 @@ Reads open only regular files: never following a symbolic link, never blocking o
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import itertools
 import os
@@ -14,7 +13,7 @@ import stat
 from collections.abc import Sequence
 
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, RecordCodec
-from hicache_storage.plugin.vectored_io import writev_all
+from hicache_storage.plugin.vectored_io import publish_file
 
 __all__ = ["LocalPageFiles", "TEMP_SUFFIX"]
 
@@ -36,23 +35,14 @@ class LocalPageFiles:
         file next to it, then rename it over ``path``."""
         directory, name = os.path.split(path)
         temp = os.path.join(directory, f".{name[:40]}.{self._nonce}-{next(self._counter)}{TEMP_SUFFIX}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(temp, flags, 0o600)
-        except FileNotFoundError:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            fd = os.open(temp, flags, 0o600)
-        try:
-            try:
-                header = memoryview(self._codec.header(key, page))
-                writev_all(fd, [header, *page], HEADER_SIZE + sum(s.nbytes for s in page))
-            finally:
-                os.close(fd)
-            os.replace(temp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+        header = memoryview(self._codec.header(key, page))
+        publish_file(
+            temp,
+            path,
+            [header, *page],
+            HEADER_SIZE + sum(s.nbytes for s in page),
+            make_directory=lambda: os.makedirs(directory, mode=0o700, exist_ok=True),
+        )
 
     @staticmethod
     def exists(path: str, size: int) -> bool:
