@@ -7,6 +7,8 @@ import threading
 from collections import defaultdict
 from typing import Any
 
+from .eviction_watch import EvictionWatch, logger
+
 __all__ = ["StorageStats"]
 
 
@@ -15,6 +17,8 @@ class StorageStats:
 
     Per operation: ``calls``, ``pages``, ``ok`` (hits / successful writes), ``failed`` (misses /
     failed writes), ``faults`` (exceptions from the backend), ``bytes`` and ``seconds``.
+    A capacity-bound backend calls :meth:`watch_evictions`; its ``evictions`` are then judged against
+    what it is given (:mod:`~hicache_storage.eviction_watch`).
     """
 
     _FIELDS = ("calls", "pages", "ok", "failed", "faults", "bytes", "seconds")
@@ -27,6 +31,13 @@ class StorageStats:
         self._extra: dict[str, float] = defaultdict(float)
         self._latency: dict[str, list[int]] = defaultdict(lambda: [0] * (len(self.LATENCY_BOUNDS) + 1))
         self.last_fault: str | None = None
+        self._eviction_watch: EvictionWatch | None = None
+
+    def watch_evictions(self, capacity_bytes: int, what: str) -> None:
+        """Warn (log, rate-limited) and count ``eviction_pressure`` when ``evictions`` show the store,
+        of ``capacity_bytes``, evicts most of what it is given; ``what`` names the backend and option."""
+        with self._lock:
+            self._eviction_watch = EvictionWatch(capacity_bytes, what)
 
     def record(self, op: str, *, pages: int, ok: int, nbytes: int = 0, seconds: float = 0.0, faults: int = 0) -> None:
         """Add one call's outcome."""
@@ -40,6 +51,8 @@ class StorageStats:
             row["bytes"] += nbytes
             row["seconds"] += seconds
             self._latency[op][bisect.bisect_left(self.LATENCY_BOUNDS, seconds)] += 1
+            if op == "set" and self._eviction_watch is not None:
+                self._eviction_watch.wrote(ok, nbytes)
 
     def fault(self, op: str, error: BaseException) -> None:
         """Count a fault raised by the backend during ``op``."""
@@ -49,8 +62,15 @@ class StorageStats:
 
     def bump(self, name: str, amount: float = 1) -> None:
         """Increase a named counter (``integrity_failures``, ``retries``, ...)."""
+        warning = None
         with self._lock:
             self._extra[name] += amount
+            if name == "evictions" and self._eviction_watch is not None:
+                pressure, warning = self._eviction_watch.evicted(amount)
+                if pressure:
+                    self._extra["eviction_pressure"] += 1
+        if warning is not None:
+            logger.warning(warning)
 
     def get(self, name: str) -> float:
         """Current value of a named counter (0 when never bumped)."""

@@ -35,6 +35,7 @@ from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
 from ..plugin.raw_baseline import RawClient
 from ..registry import load_backend, resolve_backend
+from .arguments import positive_int
 
 __all__ = ["OpResult", "RawClient", "add_arguments", "main", "run_bench"]
 
@@ -77,9 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``bench`` sub-command's arguments."""
     parser.add_argument("backend", help="backend name or module:Class")
     parser.add_argument("--config", help="backend options (extra_config) as JSON or @file")
-    parser.add_argument("--page-bytes", type=int, default=65536, help="bytes per page (multiple of 128)")
-    parser.add_argument("--pages", type=int, default=1024, help="pages written, checked and read (default 1024)")
-    parser.add_argument("--batch", type=int, default=128, help="pages per call (default 128)")
+    parser.add_argument("--page-bytes", type=positive_int, default=65536, help="bytes per page (multiple of 128)")
+    parser.add_argument("--pages", type=positive_int, default=1024, help="pages written, checked and read")
+    parser.add_argument("--batch", type=positive_int, default=128, help="pages per call")
     parser.add_argument("--json", help="also write the results to this JSON file")
 
 
