@@ -1,69 +1,20 @@
 """Argument helpers shared by the ``hicache-storage`` sub-commands.
 
-:class:`Parser` shows every option's default in ``--help`` and, for an option it does not know,
-names the closest one it does (``--jsno`` → "did you mean --json?"); the number types refuse
-values a command cannot use (``--timeout -1``) with one line naming the value.
+The number types refuse values a command cannot use (``--timeout -1``) with one line naming the
+value; the parser itself (defaults in ``--help``, "did you mean" for a mistyped option) is
+:mod:`hicache_storage.command_line`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from ..errors import ConfigError
-from ..options import did_you_mean
 
-__all__ = [
-    "HelpFormatter",
-    "Parser",
-    "UsageError",
-    "parse_json_option",
-    "positive_float",
-    "positive_int",
-    "unrecognized",
-]
-
-
-class UsageError(ValueError):
-    """Bad command-line input: the CLI prints it as one line and exits with status 2."""
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """Appends ``(default: X)`` to an option's help when it has a default worth showing."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        if "%(default)" in text or not action.option_strings or default in (None, False, argparse.SUPPRESS):
-            return text
-        return f"{text} (default: %(default)s)"
-
-
-class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors raise :class:`UsageError` (one line) instead of exiting."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
-
-
-def unrecognized(parser: argparse.ArgumentParser, tokens: Sequence[str]) -> str:
-    """One line for arguments ``parser`` does not take, naming the closest option for each."""
-    known = [option for action in parser._actions for option in action.option_strings]
-    parts = []
-    for token in tokens:
-        name = token.split("=", 1)[0]
-        if name.startswith("-"):
-            parts.append(f"unknown option {name}{did_you_mean(name, known)}")
-        else:
-            parts.append(f"unexpected argument {token!r}")
-    return f"{parser.prog}: " + "; ".join(parts) + f" (see {parser.prog} --help)"
+__all__ = ["parse_json_option", "positive_float", "positive_int"]
 
 
 def positive_int(text: str) -> int:

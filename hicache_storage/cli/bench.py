@@ -16,6 +16,7 @@ client's (>= 1.0: the SDK is as fast); a slow outlier or load drifting over the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import statistics
@@ -34,6 +35,7 @@ from ..config import HiCacheStorageConfig, make_config
 from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
 from ..plugin.raw_baseline import RawClient
+from ..preflight import check_config
 from ..registry import load_backend, resolve_backend
 from .arguments import positive_int
 
@@ -194,7 +196,11 @@ def raw_client_for(cls: type[HiCacheStorage], config: HiCacheStorageConfig) -> R
 def run_bench(
     backend: str, options: dict[str, Any] | None = None, *, page_bytes: int = 65536, pages: int = 1024, batch: int = 128
 ) -> dict[str, Any]:
-    """Benchmark ``backend``; returns ``{"sdk": {op: summary}, "raw": {...} | None, "ratio_ours_over_raw": ...}``."""
+    """Benchmark ``backend``; returns ``{"sdk": {op: summary}, "raw": {...} | None, "ratio_ours_over_raw": ...}``.
+
+    Leaves the store as it found it: its pages and the raw baseline's are removed, and a store
+    directory the run had to create is removed again once empty.
+    """
     if pages < 1 or batch < 1:
         raise ValueError(f"--pages and --batch must be positive, got {pages} and {batch}")
     pool = _pool(page_bytes, pages)
@@ -202,6 +208,34 @@ def run_bench(
     pool.kv_buffer.view(-1).numpy()[:] = content
     keys = [hashlib.sha256(f"bench-{i}".encode()).hexdigest() for i in range(pages)]
     warm_keys = [hashlib.sha256(f"bench-warm-up-{i}".encode()).hexdigest() for i in range(min(batch, pages))]
+    created = _missing_directories(check_config(backend, options).store_directory())
+    try:
+        return _run(backend, options, pool, content, keys, warm_keys, batch)
+    finally:
+        for directory in created:  # what the backend had to create for the run, if it is empty again
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def _missing_directories(directory: Path | None) -> list[Path]:
+    """``directory`` and its parents that do not exist yet, deepest first."""
+    missing: list[Path] = []
+    while directory is not None and not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
+
+
+def _run(
+    backend: str,
+    options: dict[str, Any] | None,
+    pool: HostKVPool,
+    content: np.ndarray[Any, Any],
+    keys: list[str],
+    warm_keys: list[str],
+    batch: int,
+) -> dict[str, Any]:
+    pages = len(keys)
     instance = load_backend(backend, make_config("bench", extra_config=dict(options or {})))
     cls, _info = resolve_backend(backend)
     sim_model = hasattr(instance, "last_call_seconds")  # the sim backend's cost model

@@ -21,7 +21,8 @@ from rich.table import Table
 from .. import __version__
 from ..contract import API_VERSION
 from ..errors import BackendFault, BackendLoadError, ConfigError, UnsupportedOperation
-from .arguments import Parser, UsageError, parse_json_option, positive_int, unrecognized
+from ..command_line import Parser, UsageError, parse_arguments
+from .arguments import parse_json_option, positive_int
 from .progress import progress_bar
 
 __all__ = ["build_parser", "parse_json_option", "run"]
@@ -243,14 +244,6 @@ def _add_optional(sub: Any, name: str, module: str, handler: Callable[[argparse.
     parser.set_defaults(handler=handler)
 
 
-def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
-            chosen: argparse.ArgumentParser = action.choices[name]
-            return chosen
-    return parser
-
-
 def _error(message: object) -> None:
     Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(message))}", highlight=False)
 
@@ -259,9 +252,7 @@ def run(argv: Sequence[str]) -> int:
     """Parse ``argv`` and run the sub-command; bad input prints one line and returns 2, a failure 1."""
     parser = build_parser()
     try:
-        args, extra = parser.parse_known_args(list(argv))
-        if extra:
-            raise UsageError(unrecognized(_subcommand_parser(parser, args.command), extra))
+        args = parse_arguments(parser, argv)
     except UsageError as exc:
         _error(exc)
         return 2
