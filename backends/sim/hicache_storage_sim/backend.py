@@ -50,6 +50,8 @@ class SimBackend(HiCacheStorage[SimOptions]):
         self._keys_only = options.keys_only
         self._codec = record_codec(options)
         self._store: SimStore = open_store(options.store, options.capacity_bytes, options.keys_only)
+        if options.capacity_bytes is not None:
+            self.stats.watch_evictions(options.capacity_bytes, "sim backend (capacity_bytes)")
         self._faults = FaultInjector(
             {"get": options.fail_get_rate, "set": options.fail_set_rate, "exists": options.fail_exists_rate},
             options.fault_seed,

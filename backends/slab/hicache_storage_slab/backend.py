@@ -71,6 +71,8 @@ class SlabBackend(HiCacheStorage[SlabOptions]):
         self._slabs: dict[str, Slab] = {}
         self._slabs_lock = threading.Lock()
         self._open_failures: dict[str, tuple[float, str]] = {}
+        capacity = options.capacity_bytes + sum((options.pool_capacity_bytes or {}).values())
+        self.stats.watch_evictions(capacity, "slab backend (capacity_bytes)")
 
     # ------------------------------------------------------------ slabs
     @property
