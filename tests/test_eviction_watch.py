@@ -71,7 +71,9 @@ def test_stats_count_pressure_and_log(caplog: pytest.LogCaptureFixture) -> None:
 def test_a_too_small_sim_store_warns_through_its_stats(caplog: pytest.LogCaptureFixture) -> None:
     pool = kit.make_pool(num_pages=64)
     page = pool.bytes_per_page
-    with load_backend("sim", make_config("m", extra_config={"capacity_bytes": 8 * page, "manifests": False})) as storage:
+    with load_backend(
+        "sim", make_config("m", extra_config={"capacity_bytes": 8 * page, "manifests": False})
+    ) as storage:
         storage.register_mem_pool_host(pool)
         with caplog.at_level(logging.WARNING, logger="hicache_storage.evictions"):
             for _ in range(4):

@@ -27,7 +27,12 @@ def test_a_good_config_gives_options_capabilities_and_store_directory(tmp_path: 
     ("backend", "extra", "error", "message"),
     [
         ("nosuch", {}, BackendLoadError, "no backend named 'nosuch'"),
-        ("file", {"path": "/x", "pathh": 1}, ConfigError, r"extra_config\.pathh: unknown option \(did you mean path\?\)"),
+        (
+            "file",
+            {"path": "/x", "pathh": 1},
+            ConfigError,
+            r"extra_config\.pathh: unknown option \(did you mean path\?\)",
+        ),
         ("file", {"path": "/x", "pinnned": True}, ConfigError, r"did you mean pinned\?"),
         ("file", {"path": "/x", "zzz": 1}, ConfigError, r"zzz: unknown option; valid options of file: fanout_levels"),
         ("file", {"path": "/x", "namespace": 3}, ConfigError, r"extra_config\.namespace: expected str"),
@@ -36,7 +41,9 @@ def test_a_good_config_gives_options_capabilities_and_store_directory(tmp_path: 
         ("sim", {1: 2}, ConfigError, "option names must be strings"),
     ],
 )
-def test_bad_configs_name_the_option(backend: str, extra: dict[object, object], error: type[Exception], message: str) -> None:
+def test_bad_configs_name_the_option(
+    backend: str, extra: dict[object, object], error: type[Exception], message: str
+) -> None:
     with pytest.raises(error, match=message):
         check_config(backend, extra)  # type: ignore[arg-type]
     assert not Path("/x").exists()

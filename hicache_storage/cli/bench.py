@@ -210,7 +210,7 @@ def run_bench(
     warm_keys = [hashlib.sha256(f"bench-warm-up-{i}".encode()).hexdigest() for i in range(min(batch, pages))]
     created = _missing_directories(check_config(backend, options).store_directory())
     try:
-        return _run(backend, options, pool, content, keys, warm_keys, batch)
+        return _run(backend, options, pool=pool, content=content, keys=keys, warm_keys=warm_keys, batch=batch)
     finally:
         for directory in created:  # what the backend had to create for the run, if it is empty again
             with contextlib.suppress(OSError):
@@ -229,6 +229,7 @@ def _missing_directories(directory: Path | None) -> list[Path]:
 def _run(
     backend: str,
     options: dict[str, Any] | None,
+    *,
     pool: HostKVPool,
     content: np.ndarray[Any, Any],
     keys: list[str],

@@ -19,9 +19,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import __version__
+from ..command_line import Parser, UsageError, parse_arguments
 from ..contract import API_VERSION
 from ..errors import BackendFault, BackendLoadError, ConfigError, UnsupportedOperation
-from ..command_line import Parser, UsageError, parse_arguments
 from .arguments import parse_json_option, positive_int
 from .progress import progress_bar
 
@@ -223,9 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--dir", default=".", help="parent directory of the new package")
     new.set_defaults(handler=_cmd_new_backend)
 
-    from .operate import add_commands
+    from .health import add_health_commands
+    from .operate import add_usage_command
+    from .purge import add_purge_command
+    from .sglang_args import add_sglang_args_command
 
-    add_commands(sub)
+    add_usage_command(sub)
+    add_purge_command(sub)
+    add_health_commands(sub)
+    add_sglang_args_command(sub)
     _add_optional(sub, "bench", "hicache_storage.cli.bench", _cmd_bench)
     _add_optional(sub, "replay", "hicache_storage.cli.replay", _cmd_replay)
     return parser

@@ -27,8 +27,7 @@ from ..errors import ConfigError, InvalidRequestError
 from ..host_pool import HostKVPool
 from ..metrics import prometheus_text, write_textfile
 from .arguments import parse_json_option, positive_float
-from .operate import backend_arguments
-from .store_access import check_store, open_store
+from .store_access import backend_arguments, check_store, open_store
 
 __all__ = ["ProbeResult", "add_health_commands", "probe"]
 

@@ -21,9 +21,9 @@ from rich.table import Table
 from ..contract import HiCacheStorage
 from ..listing import KeySpaceManifest, StoredPage
 from ..store_admin import iter_pages, read_manifest
-from .store_access import open_store
+from .store_access import backend_arguments, open_store
 
-__all__ = ["LIST_NEEDS", "KeySpaceUsage", "add_commands", "backend_arguments", "usage_of"]
+__all__ = ["LIST_NEEDS", "KeySpaceUsage", "add_usage_command", "usage_of"]
 
 #: Capabilities ``usage`` needs.
 LIST_NEEDS = ("supports_list",)
@@ -155,23 +155,9 @@ def _cmd_usage(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def backend_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments every operator command takes: the backend, its ``--config`` and ``--model-name``."""
-    parser.add_argument("backend", help="backend name (entry point) or module:Class")
-    parser.add_argument("--config", help="backend options as JSON or @file (the same extra_config the engine uses)")
-    parser.add_argument("--model-name", help="model name of the config (the key spaces of every model are seen anyway)")
-
-
-def add_commands(sub: Any) -> None:
-    """Register ``usage``, ``purge``, ``health``, ``metrics`` and ``sglang-args`` on the ``hicache-storage`` parser."""
-    from .health import add_health_commands
-    from .purge import add_purge_command
-    from .sglang_args import add_sglang_args_command
-
+def add_usage_command(sub: Any) -> None:
+    """Register ``usage`` on the ``hicache-storage`` parser."""
     usage = sub.add_parser("usage", help="pages and bytes per key space (model, revision, namespace, pool)")
     backend_arguments(usage)
     usage.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     usage.set_defaults(handler=_cmd_usage)
-    add_purge_command(sub)
-    add_health_commands(sub)
-    add_sglang_args_command(sub)

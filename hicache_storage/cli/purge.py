@@ -22,8 +22,8 @@ from rich.table import Table
 
 from ..errors import ConfigError
 from ..listing import StoredPage
-from .operate import KeySpaceUsage, backend_arguments, usage_of
-from .store_access import open_store
+from .operate import KeySpaceUsage, usage_of
+from .store_access import backend_arguments, open_store
 
 __all__ = ["PURGE_NEEDS", "Chosen", "add_purge_command", "parse_age", "select"]
 
@@ -83,7 +83,9 @@ def _check_filters(args: argparse.Namespace) -> None:
     if args.revision is not None and args.model is None:
         raise ConfigError("--revision", "goes with --model")
     if args.prefix is not None and _PREFIX.fullmatch(args.prefix) is None:
-        raise ConfigError("--prefix", f"expected a key-space prefix as usage lists it (hc1-<20 hex digits>.), got {args.prefix!r}")
+        raise ConfigError(
+            "--prefix", f"expected a key-space prefix as usage lists it (hc1-<20 hex digits>.), got {args.prefix!r}"
+        )
     if args.older_than is not None:
         parse_age(args.older_than)
     if args.json and not (args.yes or args.dry_run):

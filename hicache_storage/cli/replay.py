@@ -54,11 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"host memory mode, repeatable or comma-separated: {', '.join(MODES)} "
         "(default: all three with --backend, else none)",
     )
-    parser.add_argument("--device-tokens", type=positive_int, default=1_048_576, help="device prefix cache size in tokens")
+    parser.add_argument(
+        "--device-tokens", type=positive_int, default=1_048_576, help="device prefix cache size in tokens"
+    )
     parser.add_argument(
         "--host-ratio", type=positive_float, help="host/device size ratio (default: 2.0 in cache, 1.2 in buffer_only)"
     )
-    parser.add_argument("--page-size", type=positive_int, default=64, help="tokens per page (must divide --block-tokens)")
+    parser.add_argument(
+        "--page-size", type=positive_int, default=64, help="tokens per page (must divide --block-tokens)"
+    )
     parser.add_argument("--block-tokens", type=positive_int, default=512, help="tokens per trace block")
     parser.add_argument("--requests", type=positive_int, help="replay only the first K requests")
     shape = parser.add_mutually_exclusive_group()

@@ -19,7 +19,7 @@ from ..preflight import CheckedConfig, check_config
 from ..registry import load_backend
 from .arguments import parse_json_option
 
-__all__ = ["CANNOT", "check_store", "open_store"]
+__all__ = ["CANNOT", "backend_arguments", "check_store", "open_store"]
 
 #: What a backend without each capability cannot do, as a command's refusal says it.
 CANNOT = {
@@ -28,9 +28,7 @@ CANNOT = {
 }
 
 
-def check_store(
-    command: str, backend: str, extra: dict[str, Any], needs: Sequence[str] = ()
-) -> CheckedConfig:
+def check_store(command: str, backend: str, extra: dict[str, Any], needs: Sequence[str] = ()) -> CheckedConfig:
     """``extra`` checked for ``backend``; raises in one line what makes ``command`` impossible.
 
     :class:`UnsupportedOperation` when a capability in ``needs`` is not declared,
@@ -61,3 +59,10 @@ def open_store(args: argparse.Namespace, command: str, needs: Sequence[str] = ()
     check_store(command, args.backend, extra, needs)
     model = getattr(args, "model_name", None) or f"hicache-storage-{command}"
     return load_backend(args.backend, make_config(model, extra_config=extra))
+
+
+def backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every operator command takes: the backend, its ``--config`` and ``--model-name``."""
+    parser.add_argument("backend", help="backend name (entry point) or module:Class")
+    parser.add_argument("--config", help="backend options as JSON or @file (the same extra_config the engine uses)")
+    parser.add_argument("--model-name", help="model name of the config (the key spaces of every model are seen anyway)")

@@ -55,7 +55,13 @@ def test_purge_by_namespace_and_by_age(store: tuple[str, dict[str, Any]]) -> Non
 
 @pytest.mark.parametrize(
     "filters",
-    [["--namespace", ""], ["--model", " "], ["--prefix", ""], ["--older-than", ""], ["--model", "model-a", "--revision", ""]],
+    [
+        ["--namespace", ""],
+        ["--model", " "],
+        ["--prefix", ""],
+        ["--older-than", ""],
+        ["--model", "model-a", "--revision", ""],
+    ],
 )
 def test_empty_filter_values_are_refused(tmp_path: Path, capsys: Any, filters: list[str]) -> None:
     """``--namespace "$NS"`` with ``NS`` unset would otherwise select the default namespace of every model."""

@@ -249,14 +249,21 @@ def test_construction_errors_name_the_option(tmp_path: Path) -> None:
     with pytest.raises(BackendLoadError, match="no_such_backend"):
         SGLangBackend(make_config(extra_config={**LOADER_KEYS, "backend": "no_such_backend"}), {})
     with pytest.raises(ConfigError, match="unknown option"):
-        SGLangBackend(make_config(extra_config={**LOADER_KEYS, "backend": "file", "path": str(tmp_path), "bogus": 1}), {})
+        SGLangBackend(
+            make_config(extra_config={**LOADER_KEYS, "backend": "file", "path": str(tmp_path), "bogus": 1}), {}
+        )
 
 
 @pytest.mark.parametrize(
     ("backend", "options", "error", "message"),
     [
         ("no_such_backend", {}, BackendLoadError, "no backend named 'no_such_backend'"),
-        ("file", {"path": "/x", "max_byte": 1}, ConfigError, r"extra_config\.max_byte: unknown option \(did you mean max_bytes\?\)"),
+        (
+            "file",
+            {"path": "/x", "max_byte": 1},
+            ConfigError,
+            r"extra_config\.max_byte: unknown option \(did you mean max_bytes\?\)",
+        ),
         ("file", {"path": "/x", "namespce": "a"}, ConfigError, r"did you mean namespace\?"),
         ("file", {"path": "/x", "fanout_levels": 9}, ConfigError, r"extra_config\.fanout_levels: must be in \[0, 4\]"),
         ("sim", {"manifests": "yes"}, ConfigError, r"extra_config\.manifests: expected bool"),

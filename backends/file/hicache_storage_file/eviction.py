@@ -324,7 +324,9 @@ class SizeLimit:
 
     def record_batch(self, entries: Sequence[tuple[str, int | None]], parent: str | None = None) -> None:
         """A batch was written: (path, file size or ``None`` where the write failed), in chain order."""
-        new = self.policy.record_batch([(p, None if n is None else self._footprint.page(n)) for p, n in entries], parent)
+        new = self.policy.record_batch(
+            [(p, None if n is None else self._footprint.page(n)) for p, n in entries], parent
+        )
         with self._lock:
             for path in new:  # a rewrite adds no entry
                 directory = self._directory_of(path)
