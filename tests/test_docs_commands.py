@@ -298,3 +298,26 @@ def test_the_sample_trace_ships_with_its_licence_and_source() -> None:
     assert "github.com/kvcache-ai/Mooncake" in readme and "FAST25-release/traces" in readme
     lines = (folder / "conversation_trace_sample.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1500 and all(set(json.loads(line)) >= {"timestamp", "hash_ids"} for line in lines[:5])
+
+
+def test_every_backend_has_a_launch_line_and_every_list_of_backends_names_slab() -> None:
+    launched = {
+        json.loads(command[command.index("--hicache-storage-backend-extra-config") + 1])["backend"]
+        for block in SHELL_BLOCKS
+        if block.path.name == "sglang.md"
+        for command in shell_commands(block)
+        if command[:3] == ["python", "-m", "sglang.launch_server"]
+    }
+    shipped = {path.name for path in (ROOT / "backends").iterdir() if (path / "pyproject.toml").is_file()}
+    assert shipped <= launched, f"docs/sglang.md has no launch line for {sorted(shipped - launched)}"
+    others = ("file", "sim", "redis", "s3", "fsspec", "mooncake")
+    lists = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in doc_files()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if all(re.search(rf"\b{name}\b", line.lower()) for name in others) and "slab" not in line.lower()
+    ]
+    assert not lists, f"lines listing every backend but slab: {lists}"
+    tables = {"capabilities.md": "| [`slab`](backends/slab.md) |", "reliability.md": "| event | file | slab |"}
+    for page, row in tables.items():
+        assert row in (ROOT / "docs" / page).read_text(encoding="utf-8"), f"docs/{page} has no slab in its table"

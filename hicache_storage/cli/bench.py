@@ -35,9 +35,9 @@ from ..config import HiCacheStorageConfig, make_config
 from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
 from ..plugin.raw_baseline import RawClient
-from ..preflight import check_config
 from ..registry import load_backend, resolve_backend
 from .arguments import positive_int
+from .store_access import check_store
 
 __all__ = ["OpResult", "RawClient", "add_arguments", "main", "run_bench"]
 
@@ -199,7 +199,8 @@ def run_bench(
     """Benchmark ``backend``; returns ``{"sdk": {op: summary}, "raw": {...} | None, "ratio_ours_over_raw": ...}``.
 
     Leaves the store as it found it: its pages and the raw baseline's are removed, and a store
-    directory the run had to create is removed again once empty.
+    directory the run had to create is removed again once empty. A backend that cannot clear is
+    refused (:class:`~hicache_storage.UnsupportedOperation`) before anything is written.
     """
     if pages < 1 or batch < 1:
         raise ValueError(f"--pages and --batch must be positive, got {pages} and {batch}")
@@ -208,7 +209,8 @@ def run_bench(
     pool.kv_buffer.view(-1).numpy()[:] = content
     keys = [hashlib.sha256(f"bench-{i}".encode()).hexdigest() for i in range(pages)]
     warm_keys = [hashlib.sha256(f"bench-warm-up-{i}".encode()).hexdigest() for i in range(min(batch, pages))]
-    created = _missing_directories(check_config(backend, options).store_directory())
+    checked = check_store("bench", backend, options, ("supports_clear",), must_exist=False)
+    created = _missing_directories(checked.store_directory())
     try:
         return _run(backend, options, pool=pool, content=content, keys=keys, warm_keys=warm_keys, batch=batch)
     finally:

@@ -25,14 +25,17 @@ __all__ = ["CANNOT", "backend_arguments", "check_store", "open_store"]
 CANNOT = {
     "supports_list": "list what it stores",
     "supports_delete": "delete stored records",
+    "supports_clear": "remove the pages it was given (clear)",
 }
 
 
-def check_store(command: str, backend: str, extra: dict[str, Any], needs: Sequence[str] = ()) -> CheckedConfig:
+def check_store(
+    command: str, backend: str, extra: dict[str, Any] | None, needs: Sequence[str] = (), *, must_exist: bool = True
+) -> CheckedConfig:
     """``extra`` checked for ``backend``; raises in one line what makes ``command`` impossible.
 
     :class:`UnsupportedOperation` when a capability in ``needs`` is not declared,
-    :class:`ConfigError` for a bad option or a store directory that does not exist.
+    :class:`ConfigError` for a bad option or (with ``must_exist``) a store directory that does not exist.
     """
     checked = check_config(backend, extra)
     for capability in needs:
@@ -43,7 +46,7 @@ def check_store(command: str, backend: str, extra: dict[str, Any], needs: Sequen
                 f"so {command} cannot run on it"
             )
     directory = checked.store_directory()
-    if directory is not None and not directory.is_dir():
+    if must_exist and directory is not None and not directory.is_dir():
         raise ConfigError(
             "--config",
             f"no store at {str(directory)!r}: the directory does not exist (is the path right?); "

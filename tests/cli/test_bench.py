@@ -236,3 +236,23 @@ def test_bench_removes_the_store_directory_it_had_to_create(tmp_path: Path) -> N
     root = tmp_path / "new" / "store"
     assert run_bench("file", {"path": str(root)}, page_bytes=4096, pages=16, batch=8)["byte_exact"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_refuses_a_backend_that_could_not_remove_its_pages(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    class NoClear(sim.SimBackend):  # type: ignore[misc, name-defined]
+        capabilities = dataclasses.replace(sim.SimBackend.capabilities, supports_clear=False)
+
+        @classmethod
+        def capabilities_for(cls, options: Any) -> Any:
+            return cls.capabilities
+
+    register_backend("bench-no-clear", NoClear)
+    try:
+        assert run(["bench", "bench-no-clear", "--config", '{"store": "bench-no-clear"}', "--pages", "8"]) == 2
+    finally:
+        unregister_backend("bench-no-clear")
+    err = capsys.readouterr().err
+    assert "cannot remove the pages it was given (clear)" in err and len(err.strip().splitlines()) == 1
+    assert sim.store.open_store("bench-no-clear", None, False).keys() == []  # refused before any write
