@@ -178,7 +178,7 @@ def check_sglang_launch(command: list[str]) -> None:
         assert extra.get(key) == value, f"extra config: {key} should be {value!r}, not {extra.get(key)!r}"
     name = extra["backend"]
     try:
-        cls, _info = resolve_backend(name)
+        resolve_backend(name)
     except BackendLoadError:
         if name in OUR_BACKENDS or (ROOT / "backends" / name).is_dir():
             pytest.skip(f"backend {name!r} is not installed here")

@@ -23,7 +23,7 @@ from ..listing import KeySpaceManifest, StoredPage
 from ..store_admin import iter_pages, read_manifest
 from .store_access import backend_arguments, open_store
 
-__all__ = ["LIST_NEEDS", "KeySpaceUsage", "add_usage_command", "usage_of"]
+__all__ = ["LIST_NEEDS", "KeySpaceUsage", "add_usage_command", "named_cells", "usage_of"]
 
 #: Capabilities ``usage`` needs.
 LIST_NEEDS = ("supports_list",)
@@ -110,6 +110,11 @@ def usage_of(storage: HiCacheStorage) -> list[KeySpaceUsage]:
     return list(spaces.values())
 
 
+def named_cells(row: dict[str, Any]) -> list[str]:
+    """Table cells naming a key space: prefix, model, revision, namespace, pool (``?`` when unknown)."""
+    return [row["prefix"], row["model"] or "?", row["revision"] or "", row["namespace"] or "", row["pool"] or "?"]
+
+
 def _when(value: float | None) -> str:
     if value is None:
         return "-"
@@ -129,11 +134,7 @@ def _cmd_usage(args: argparse.Namespace, console: Console) -> int:
         table.add_column(column, justify="right" if column in ("pages", "bytes") else "left")
     for row in rows:
         table.add_row(
-            row["prefix"],
-            row["model"] or "?",
-            row["revision"] or "",
-            row["namespace"] or "",
-            row["pool"] or "?",
+            *named_cells(row),
             row["dtype"] or "?",
             ",".join(row["ranks"]) or "-",
             str(row["pages"]),

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 from ..listing import StoredPage
-from .operate import KeySpaceUsage, usage_of
+from .operate import KeySpaceUsage, named_cells, usage_of
 from .store_access import backend_arguments, open_store
 
 __all__ = ["PURGE_NEEDS", "Chosen", "add_purge_command", "parse_age", "select"]
@@ -53,16 +53,8 @@ class Chosen:
     whole: bool
 
     def row(self) -> dict[str, Any]:
-        m = self.space.manifest
-        return {
-            "prefix": self.space.prefix,
-            "model": m.model_name if m else None,
-            "revision": m.model_revision if m else None,
-            "namespace": m.namespace if m else None,
-            "pool": m.pool if m else None,
-            "records": len(self.keys),
-            "whole_key_space": self.whole,
-        }
+        named = {k: v for k, v in self.space.row().items() if k in ("prefix", "model", "revision", "namespace", "pool")}
+        return {**named, "records": len(self.keys), "whole_key_space": self.whole}
 
 
 def _check_filters(args: argparse.Namespace) -> None:
@@ -145,15 +137,7 @@ def _table(args: argparse.Namespace, chosen: list[Chosen]) -> Table:
         table.add_column(column)
     for item in chosen:
         row = item.row()
-        table.add_row(
-            row["prefix"],
-            row["model"] or "?",
-            row["revision"] or "",
-            row["namespace"] or "",
-            row["pool"] or "?",
-            str(row["records"]),
-            "yes" if item.whole else "no",
-        )
+        table.add_row(*named_cells(row), str(row["records"]), "yes" if item.whole else "no")
     return table
 
 

@@ -36,7 +36,7 @@ from ..contract import HiCacheStorage
 from ..host_pool import HostKVPool
 from ..keys import KeySpace
 from ..state_pool import HostStatePool
-from .services import TestServices, s3_client
+from .services import TestServices, s3_backend_options, s3_client
 
 __all__ = [
     "FAST_RESILIENCE",
@@ -54,6 +54,7 @@ __all__ = [
     "page_bytes",
     "page_indices",
     "random_keys",
+    "s3_backend_options",
     "s3_client",
 ]
 

@@ -37,13 +37,7 @@ def options_for(name: str, tmp_path: Path) -> dict[str, Any]:
         env = SERVICES.settings()
         bucket = f"operate-{tag}"
         SERVICES.s3_bucket(bucket, env)
-        return {
-            "bucket": bucket,
-            "endpoint_url": env["HICACHE_TEST_S3_ENDPOINT"],
-            "region": env["HICACHE_TEST_S3_REGION"],
-            "aws_access_key_id": env["HICACHE_TEST_S3_ACCESS_KEY_ID"],
-            "aws_secret_access_key": env["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
-        }
+        return kit.s3_backend_options(env, bucket)
     if name == "fsspec":
         return {"url": f"memory://operate-{tag}"}
     return {"store": f"operate-{tag}"}  # a named sim store: every instance sees it
