@@ -140,7 +140,10 @@ def _cmd_metrics(args: argparse.Namespace, console: Console) -> int:
         raise InvalidRequestError(f"{args.backend}: no metrics, the probe did not run: {result.error}")
     text = prometheus_text(result.stats, {"source": "probe"})
     if args.textfile:
-        write_textfile(args.textfile, text)
+        try:
+            write_textfile(args.textfile, text)
+        except OSError as error:
+            raise ConfigError("--textfile", f"cannot write {args.textfile!r}: {error.strerror}") from None
     else:
         sys.stdout.write(text)
     return 0 if result.healthy else 1

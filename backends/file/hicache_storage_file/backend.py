@@ -183,11 +183,14 @@ class FileBackend(HiCacheStorage[FileOptions]):
         final = f"{directory}/{name}"
         temp = f"{directory}/{layout.temp_name(name, f'{os.getpid()}-{self._nonce}-{next(self._counter)}')}"
         trailer = self._codec.header(key, page)
-        try:
-            fd = os.open(temp, _WRITE_FLAGS, 0o600)
-        except FileNotFoundError:
-            layout.ensure_directory(directory)
-            fd = os.open(temp, _WRITE_FLAGS, 0o600)
+        for attempt in range(3):  # a directory emptied by a delete may be removed under us: create it again
+            try:
+                fd = os.open(temp, _WRITE_FLAGS, 0o600)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+                layout.ensure_directory(directory)
         try:
             try:
                 size = HEADER_SIZE + sum(segment.nbytes for segment in page)
