@@ -30,7 +30,8 @@ def test_parses_and_coerces_ints_to_floats():
         ({}, r"extra_config\.path: required option is missing"),
         (
             {"path": "/x", "fanuot": 1},
-            r"extra_config\.fanuot: unknown option \(did you mean fanout\?\); valid options: fanout, path, rate, tls, ttl",
+            r"extra_config\.fanuot: unknown option \(did you mean fanout\?\); "
+            r"valid options: fanout, path, rate, tls, ttl",
         ),
         ({"path": "/x", "zzzzzz": 1}, r"extra_config\.zzzzzz: unknown option; valid options: fanout, path"),
         ({"path": "/x", "fanout": "2"}, r"extra_config\.fanout: expected int, got str '2'"),
