@@ -7,8 +7,10 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TRACE="${TRACE:-$ROOT/../shared/traces/conversation_trace.jsonl}"
-REQUESTS="${REQUESTS:-1500}"             # first K requests of the trace (the full trace has 12,031)
+# The sample shipped in benchmarks/traces (the first 1,500 requests of the Mooncake conversation
+# trace); the full trace (12,031 requests) is in kvcache-ai/Mooncake, FAST25-release/traces.
+TRACE="${TRACE:-$ROOT/benchmarks/traces/conversation_trace_sample.jsonl}"
+REQUESTS="${REQUESTS:-1500}"             # first K requests of the trace
 FILE_REQUESTS="${FILE_REQUESTS:-600}"     # the file backend does real file I/O per page: fewer requests
 DEVICE_TOKENS="${DEVICE_TOKENS:-1048576}" # device prefix cache: 1M tokens
 PAGE_SIZE="${PAGE_SIZE:-64}"

@@ -10,6 +10,7 @@ options class checks its own ranges in ``__post_init__``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import types
@@ -26,6 +27,7 @@ __all__ = [
     "SECRET",
     "NoOptions",
     "check_number",
+    "did_you_mean",
     "option_help",
     "parse_options",
     "secret_option",
@@ -106,7 +108,7 @@ def parse_options(options_cls: type[T], values: Mapping[str, Any], *, prefix: st
     for name in values:
         if name not in fields:
             valid = ", ".join(sorted(fields)) or "none"
-            raise ConfigError(f"{prefix}.{name}", f"unknown option; valid options: {valid}")
+            raise ConfigError(f"{prefix}.{name}", f"unknown option{did_you_mean(name, fields)}; valid options: {valid}")
     for name, field in fields.items():
         required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         if name not in values:
@@ -124,6 +126,12 @@ def parse_options(options_cls: type[T], values: Mapping[str, Any], *, prefix: st
         check_number(f"{prefix}.{name}", value, allow_nonfinite=bool(field.metadata.get(ALLOW_NONFINITE)))
     kwargs = {name: (_as_float(v) if _wants_float(hints.get(name)) else v) for name, v in values.items()}
     return options_cls(**kwargs)
+
+
+def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
+    """`` (did you mean X?)`` for the choice closest to a mistyped ``name``, or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def check_number(option: str, value: Any, *, allow_nonfinite: bool = False) -> None:

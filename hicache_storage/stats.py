@@ -7,6 +7,8 @@ import threading
 from collections import defaultdict, deque
 from typing import Any, Protocol
 
+from .eviction_watch import EvictionWatch, EvictionWatchObserver
+
 __all__ = ["StatsObserver", "StorageStats"]
 
 
@@ -46,6 +48,11 @@ class StorageStats:
         self._samples: dict[str, deque[tuple[int, int, float]]] | None = None
         self._sample_limit = 0
         self._observers: list[StatsObserver] = []
+
+    def watch_evictions(self, capacity_bytes: int, what: str) -> None:
+        """Warn (log, rate-limited) and count ``eviction_pressure`` when ``evictions`` show the store,
+        of ``capacity_bytes``, evicts most of what it is given; ``what`` names the backend and option."""
+        self.observe(EvictionWatchObserver(EvictionWatch(capacity_bytes, what), self.bump))
 
     def observe(self, observer: StatsObserver) -> None:
         """Tell ``observer`` of every call, fault and event from now on (it must not raise or block)."""

@@ -6,6 +6,8 @@
   valid, names the adapter, and its options are accepted by the backend (when installed).
 - ```python blocks preceded by ``<!-- runnable -->`` run (the blocks of one page, in order, as one
   script); ``<!-- same-as: PATH -->`` blocks are identical to that file of the repository.
+- Nothing a user reads or runs names a path outside the repository, and the documented replay
+  command runs with the repository's files alone.
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ from pathlib import Path
 import pytest
 
 from hicache_storage.cli.commands import build_parser
-from hicache_storage.config import SDK_OPTION_NAMES
 from hicache_storage.errors import BackendLoadError
 from hicache_storage.integrations.sglang import LOADER_KEYS
-from hicache_storage.options import parse_options
+from hicache_storage.preflight import check_config
 from hicache_storage.registry import resolve_backend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,13 +178,12 @@ def check_sglang_launch(command: list[str]) -> None:
         assert extra.get(key) == value, f"extra config: {key} should be {value!r}, not {extra.get(key)!r}"
     name = extra["backend"]
     try:
-        cls, _info = resolve_backend(name)
+        resolve_backend(name)
     except BackendLoadError:
         if name in OUR_BACKENDS or (ROOT / "backends" / name).is_dir():
             pytest.skip(f"backend {name!r} is not installed here")
         raise
-    options = {k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES}
-    parse_options(cls.Options, options)
+    check_config(name, extra)  # the backend's options and the SDK's, as sglang-args checks them
 
 
 SHELL_BLOCKS = [b for b in ALL_BLOCKS if b.language in ("bash", "sh", "shell", "console")]
@@ -246,3 +246,78 @@ def test_parser_finds_blocks_and_markers(tmp_path: Path) -> None:
     blocks = blocks_of(page)
     assert [(b.language, b.markers) for b in blocks] == [("python", {"runnable": ""}), ("bash", {})]
     assert shell_commands(blocks[1]) == [["hicache-storage", "backends", "--json"]]
+
+
+#: What a user reads or runs: none of it may need a file outside the repository.
+USER_FACING = ["docs", "README.md", "scripts", "benchmarks/*.py", "benchmarks/*.sh", "examples"]
+
+
+def test_nothing_a_user_runs_points_outside_the_repository() -> None:
+    files = [p for pattern in USER_FACING for p in sorted(ROOT.glob(pattern))]
+    files = [f for path in files for f in ([path] if path.is_file() else sorted(path.rglob("*"))) if f.is_file()]
+    outside = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in files
+        if path.suffix in (".md", ".py", ".sh", ".toml", ".yml", ".json", "")
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1)
+        if "../shared" in line or "/work/shared" in line
+    ]
+    assert not outside, f"paths outside the repository: {outside}"
+
+
+def test_the_documented_replay_command_runs_with_the_repository_files(tmp_path: Path) -> None:
+    """The replay example of docs/replay.md, run as written from a directory holding only the files of
+    the repository it names (the sample trace), as in a fresh clone."""
+    replays = [
+        command
+        for block in SHELL_BLOCKS
+        if block.path.name == "replay.md"
+        for command in shell_commands(block)
+        if command[:2] == ["hicache-storage", "replay"]
+    ]
+    assert len(replays) == 1, replays
+    command = replays[0]
+    trace = Path(command[2])
+    assert not trace.is_absolute() and (ROOT / trace).is_file(), f"{trace} is not a file of the repository"
+    (tmp_path / trace).parent.mkdir(parents=True)
+    (tmp_path / trace).write_bytes((ROOT / trace).read_bytes())
+    cli = Path(sys.executable).with_name("hicache-storage")
+    done = subprocess.run(
+        [str(cli), *command[1:]], check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "oracle (infinite cache)" in done.stdout
+    assert json.loads((tmp_path / "out.json").read_text())["requests"] == int(command[command.index("--requests") + 1])
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["replay-hit-rate.png", "replay-ttft-cdf.png"]
+
+
+def test_the_sample_trace_ships_with_its_licence_and_source() -> None:
+    folder = ROOT / "benchmarks" / "traces"
+    assert "Apache License" in (folder / "LICENSE").read_text(encoding="utf-8")
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    assert "github.com/kvcache-ai/Mooncake" in readme and "FAST25-release/traces" in readme
+    lines = (folder / "conversation_trace_sample.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1500 and all(set(json.loads(line)) >= {"timestamp", "hash_ids"} for line in lines[:5])
+
+
+def test_every_backend_has_a_launch_line_and_every_list_of_backends_names_slab() -> None:
+    launched = {
+        json.loads(command[command.index("--hicache-storage-backend-extra-config") + 1])["backend"]
+        for block in SHELL_BLOCKS
+        if block.path.name == "sglang.md"
+        for command in shell_commands(block)
+        if command[:3] == ["python", "-m", "sglang.launch_server"]
+    }
+    shipped = {path.name for path in (ROOT / "backends").iterdir() if (path / "pyproject.toml").is_file()}
+    assert shipped <= launched, f"docs/sglang.md has no launch line for {sorted(shipped - launched)}"
+    others = ("file", "sim", "redis", "s3", "fsspec", "mooncake")
+    lists = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in doc_files()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if all(re.search(rf"\b{name}\b", line.lower()) for name in others) and "slab" not in line.lower()
+    ]
+    assert not lists, f"lines listing every backend but slab: {lists}"
+    tables = {"capabilities.md": "| [`slab`](backends/slab.md) |", "reliability.md": "| event | file | slab |"}
+    for page, row in tables.items():
+        assert row in (ROOT / "docs" / page).read_text(encoding="utf-8"), f"docs/{page} has no slab in its table"

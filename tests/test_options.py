@@ -30,8 +30,10 @@ def test_parses_and_coerces_ints_to_floats():
         ({}, r"extra_config\.path: required option is missing"),
         (
             {"path": "/x", "fanuot": 1},
-            r"extra_config\.fanuot: unknown option; valid options: fanout, path, rate, tls, ttl",
+            r"extra_config\.fanuot: unknown option \(did you mean fanout\?\); "
+            r"valid options: fanout, path, rate, tls, ttl",
         ),
+        ({"path": "/x", "zzzzzz": 1}, r"extra_config\.zzzzzz: unknown option; valid options: fanout, path"),
         ({"path": "/x", "fanout": "2"}, r"extra_config\.fanout: expected int, got str '2'"),
         ({"path": "/x", "fanout": True}, r"extra_config\.fanout: expected int"),
         ({"path": "/x", "tls": 1}, r"extra_config\.tls: expected bool"),
@@ -136,3 +138,10 @@ def test_secret_options_required_and_factory_defaults_are_never_echoed() -> None
         parse_options(WithSecrets, {"url": "s3://b", "password": 123456789})
     assert "123456789" not in str(caught.value)
     assert "value not shown" in str(caught.value)
+
+
+def test_did_you_mean_names_the_closest_choice_only_when_close():
+    from hicache_storage.options import did_you_mean
+
+    assert did_you_mean("max_byte", ["max_bytes", "path"]) == " (did you mean max_bytes?)"
+    assert did_you_mean("qqq", ["max_bytes", "path"]) == ""

@@ -3,7 +3,8 @@
 Exit status: 0 when nothing failed and every skip is accepted, 1 when a test failed, a skip is
 not accepted (``--require``, ``--fail-on-skip``, ``--profile strict``) or the backend cannot be
 built for another reason than its config, 2 for a usage error (bad arguments, unknown backend,
-invalid ``--config``, a backend that cannot be built from its config).
+invalid ``--config``, a backend that cannot be built from its config). On a terminal a progress
+bar shows the tests done; ``--fail-fast`` stops at the first failure.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import pytest
 from rich.console import Console
 
 from hicache_storage import BackendLoadError, ConfigError
+from hicache_storage.command_line import Parser, UsageError, parse_arguments
 
 from . import selection
 from ._version import SUITE_VERSION
 from .categories import CATEGORIES
 from .gate import SUITE_MODULE, BuildError, build_check
 from .hooks import find_hooks
+from .progress import ProgressBar
 from .report import Collector, render, write_json
 from .skips import PROFILES, parse_policy
 from .target import parse_capability_overrides
@@ -33,7 +36,7 @@ PLUGIN_NAME = "hicache_conformance"
 
 def build_parser(prog: str = "hicache-storage conformance") -> argparse.ArgumentParser:
     """The argument parser (arguments after the word ``conformance``)."""
-    parser = argparse.ArgumentParser(prog=prog, description="Run the hicache-storage conformance suite on a backend.")
+    parser = Parser(prog=prog, description="Run the hicache-storage conformance suite on a backend.")
     parser.add_argument("backend", help="entry-point name (e.g. file, sim) or module:Class")
     parser.add_argument(
         "--config", default="{}", help="backend extra_config as JSON, or @file.json; '{tmp}' = a temp dir"
@@ -72,6 +75,7 @@ def build_parser(prog: str = "hicache-storage conformance") -> argparse.Argument
         default="default",
         help="strict: fail on any skip that is not for an undeclared capability (what a published plugin's CI runs)",
     )
+    parser.add_argument("--fail-fast", action="store_true", help="stop at the first failing test")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output too")
     return parser
 
@@ -80,8 +84,11 @@ def main(argv: list[str]) -> int:
     """Run the suite; returns the exit status."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
+        args = parse_arguments(parser, argv)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
         return int(exc.code or 0)
     try:
         if args.max_examples < 1:
@@ -126,8 +133,13 @@ def main(argv: list[str]) -> int:
     pytest_args += ["-q", "-rN"] if args.verbose else ["-p", "no:terminal"]
     if args.junitxml:
         pytest_args.append(f"--junitxml={args.junitxml}")
+    if args.fail_fast:
+        pytest_args.append("-x")
+    plugins: list[object] = [collector]
+    if not args.verbose:  # pytest's own output would tear the bar
+        plugins.append(ProgressBar(Console(stderr=True), args.backend))
     try:
-        code = pytest.main(pytest_args, plugins=[collector])
+        code = pytest.main(pytest_args, plugins=plugins)
     finally:
         selection.use(None)
     shown = policy if policy.active else None
@@ -135,6 +147,9 @@ def main(argv: list[str]) -> int:
     if not console.is_terminal:  # logs and pipes: wide enough that tables do not wrap
         console = Console(width=160)
     render(console, header, collector, shown)
+    ran = len(collector.results)
+    if args.fail_fast and ran < collector.collected:
+        console.print(f"stopped at the first failure (--fail-fast): {ran} of {collector.collected} tests ran")
     if args.json:
         write_json(args.json, header, collector, shown)
     counts = collector.counts()

@@ -4,11 +4,16 @@ A failing test's row names the rule it checks, the first failed check as "what: 
 got ...", and, for the model-based test, the shrunk falsifying steps. The JSON carries the same
 fields and the full traceback. A skipped test's row names its reason; the summary lists every
 skipped category with what would enable it, and the skip policy's verdict.
+
+Failures that share a cause come first, one line per group (:func:`failure_groups`): the tests
+that break the same rule, and the tests whose first failed check went the same way (a broken
+backend whose writes all fail shows as one line "N tests: expected [True, …]; got [False, …]").
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,7 +27,16 @@ from rich.text import Text
 from . import skips
 from .categories import CATEGORIES, category_of, rule_of
 
-__all__ = ["Collector", "TestResult", "explain", "falsifying_steps", "render", "summary_line", "write_json"]
+__all__ = [
+    "Collector",
+    "TestResult",
+    "explain",
+    "failure_groups",
+    "falsifying_steps",
+    "render",
+    "summary_line",
+    "write_json",
+]
 
 #: Modules whose bare ``assert`` statements pytest rewrites (to show the values) when not yet imported.
 REWRITTEN = ("hicache_storage_conformance.suite", "hicache_storage_conformance.hybrid")
@@ -123,6 +137,8 @@ class Collector:
 
     def __init__(self) -> None:
         self.results: dict[str, TestResult] = {}
+        #: Tests collected (more than ran when the run stopped early).
+        self.collected = 0
         self._meta: dict[str, tuple[str, str, str]] = {}
         self._explained: dict[str, dict[str, Any]] = {}
 
@@ -133,6 +149,7 @@ class Collector:
             pytest.register_assert_rewrite(*fresh)
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.collected = len(items)
         for item in items:
             cls = getattr(item, "cls", None)
             function = getattr(item, "function", None)
@@ -222,6 +239,50 @@ class Collector:
         return out
 
 
+_SAME_FLAGS = re.compile(r"\[(True|False|None)(?:, \1)*\]")
+#: Most groups shown at the top of the report.
+GROUPS_SHOWN = 6
+
+
+def _symptom(result: TestResult) -> str:
+    """The first failed check with its subject left out and uniform lists folded (``[False, …]``)."""
+    if result.expected or result.actual:
+        text = f"expected {result.expected}; got {result.actual}"
+    else:
+        text = result.reason
+    return _SAME_FLAGS.sub(r"[\1, …]", text)
+
+
+def failure_groups(results: list[TestResult]) -> list[dict[str, Any]]:
+    """Groups of two or more failures that share a cause, largest first: ``kind`` (``symptom``: the same
+    outcome of the first failed check; ``rule``: the same broken rule), ``cause``, ``count``, ``tests``."""
+    failed = [r for r in results if r.outcome == "FAIL"]
+    keyed: dict[tuple[str, str], list[TestResult]] = {}
+    for result in failed:
+        keyed.setdefault(("symptom", _symptom(result)), []).append(result)
+        if result.rule:
+            keyed.setdefault(("rule", result.rule), []).append(result)
+    groups = [
+        {"kind": kind, "cause": cause, "count": len(members), "tests": [f"{r.category}/{r.test}" for r in members]}
+        for (kind, cause), members in keyed.items()
+        if len(members) >= 2
+    ]
+    return sorted(groups, key=lambda group: (-group["count"], group["kind"] != "symptom"))
+
+
+def _render_groups(console: Console, groups: list[dict[str, Any]], failed: int) -> None:
+    if not groups:
+        return
+    console.print(Text(f"{failed} failed; failures that share a cause (most first):", style="bold red"))
+    for group in groups[:GROUPS_SHOWN]:
+        what = "break one rule: " if group["kind"] == "rule" else ""
+        first = group["tests"][0]
+        cause = group["cause"] if len(group["cause"]) <= 200 else group["cause"][:199] + "…"
+        console.print(Text(f"  {group['count']} tests {what}{cause} (e.g. {first})"), soft_wrap=True)
+    if len(groups) > GROUPS_SHOWN:
+        console.print(Text(f"  ... {len(groups) - GROUPS_SHOWN} smaller groups in the tables below"))
+
+
 def summary_line(counts: dict[str, int]) -> str:
     """``N passed, N failed, N skipped``."""
     return f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
@@ -260,6 +321,8 @@ def render(
     if policy is not None:
         top.add_row("skip policy", Text(policy.describe()))
     console.print(top)
+    results = list(collector.results.values())
+    _render_groups(console, failure_groups(results), collector.counts()["failed"])
     for category, results in collector.by_category().items():
         table = Table(title=category, title_justify="left", expand=False)
         table.add_column("test", no_wrap=True)
@@ -295,6 +358,7 @@ def write_json(
     payload = {
         "header": header,
         "summary": collector.counts(),
+        "failure_groups": failure_groups(list(collector.results.values())),
         "skipped_categories": collector.skipped_categories(),
         "policy": {
             **(

@@ -104,3 +104,60 @@ def test_skipped_categories_are_named_with_what_enables_them(tmp_path: Path) -> 
     assert set(skipped) == {"eviction", "zero_copy"}
     assert skipped["zero_copy"]["reasons"][0]["kind"] == "capability"
     assert "--capability-override zero_copy=true" in skipped["zero_copy"]["reasons"][0]["enable"]
+
+
+def test_failures_of_one_cause_are_one_line_at_the_top(tmp_path: Path) -> None:
+    """A backend whose every write fails: the failures fold into one line before the tables."""
+    report = tmp_path / "broken.json"
+    done = run_cli("sim", "--config", '{"fail_set_rate": 1.0}', "--only", "lifecycle,roundtrip", "--json", str(report))
+    assert done.returncode == 1
+    data = json.loads(report.read_text())
+    failed = data["summary"]["failed"]
+    top = data["failure_groups"][0]
+    assert top["kind"] == "symptom" and top["cause"] == "expected [True, …]; got [False, …]"
+    assert top["count"] >= failed / 2 and len(top["tests"]) == top["count"]
+    head = done.stdout.split("lifecycle", 1)[0]  # everything printed before the first category's table
+    assert f"{failed} failed; failures that share a cause" in head
+    assert f"{top['count']} tests expected [True, …]; got [False, …]" in head
+
+
+def test_failure_groups_by_rule_and_by_symptom() -> None:
+    from hicache_storage_conformance.report import TestResult, failure_groups
+
+    def failed(test: str, rule: str, expected: str, actual: str) -> TestResult:
+        return TestResult(f"x::{test}", "batch", test, "FAIL", "r", rule, expected, actual)
+
+    results = [
+        failed("a", "rule 1", "[True, True]", "[False, False]"),
+        failed("b", "rule 1", "b'x'", "None"),
+        failed("c", "rule 2", "[True]", "[False]"),
+        failed("d", "", "3", "0"),
+        TestResult("x::e", "batch", "e"),
+    ]
+    groups = {(g["kind"], g["cause"]): g["tests"] for g in failure_groups(results)}
+    assert groups == {
+        ("rule", "rule 1"): ["batch/a", "batch/b"],
+        ("symptom", "expected [True, …]; got [False, …]"): ["batch/a", "batch/c"],
+    }
+
+
+def test_fail_fast_stops_at_the_first_failure() -> None:
+    done = run_cli("sim", "--config", '{"fail_set_rate": 1.0}', "--only", "lifecycle,roundtrip", "--fail-fast")
+    assert done.returncode == 1
+    assert re.search(r"^\d+ passed, 1 failed, 0 skipped$", done.stdout, re.MULTILINE), done.stdout[-500:]
+    assert re.search(r"stopped at the first failure \(--fail-fast\): \d+ of \d+ tests ran", done.stdout)
+
+
+def test_a_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
+    import io
+
+    from hicache_storage_conformance.progress import ProgressBar
+    from rich.console import Console
+
+    (tmp_path / "test_three.py").write_text("def test_a(): pass\n\ndef test_b(): pass\n\ndef test_c(): assert 0\n")
+    for terminal in (True, False):
+        out = io.StringIO()
+        console = Console(file=out, force_terminal=terminal, width=100)
+        bar = ProgressBar(console, "demo")
+        pytest.main([str(tmp_path), "-p", "no:terminal", "-p", "no:cacheprovider"], plugins=[bar])
+        assert ("conformance demo" in out.getvalue() and "1 failed" in out.getvalue()) == terminal

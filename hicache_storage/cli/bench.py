@@ -16,6 +16,7 @@ client's (>= 1.0: the SDK is as fast); a slow outlier or load drifting over the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import statistics
@@ -36,6 +37,8 @@ from ..host_pool import HostKVPool
 from ..plugin.backend import Backend
 from ..plugin.raw_baseline import RawClient, raw_baseline_for
 from ..registry import load_backend, resolve_backend
+from .arguments import positive_int
+from .store_access import check_store
 
 __all__ = ["OpResult", "RawClient", "add_arguments", "main", "run_bench"]
 
@@ -78,9 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``bench`` sub-command's arguments."""
     parser.add_argument("backend", help="backend name or module:Class")
     parser.add_argument("--config", help="backend options (extra_config) as JSON or @file")
-    parser.add_argument("--page-bytes", type=int, default=65536, help="bytes per page (multiple of 128)")
-    parser.add_argument("--pages", type=int, default=1024, help="pages written, checked and read (default 1024)")
-    parser.add_argument("--batch", type=int, default=128, help="pages per call (default 128)")
+    parser.add_argument("--page-bytes", type=positive_int, default=65536, help="bytes per page (multiple of 128)")
+    parser.add_argument("--pages", type=positive_int, default=1024, help="pages written, checked and read")
+    parser.add_argument("--batch", type=positive_int, default=128, help="pages per call")
     parser.add_argument("--json", help="also write the results to this JSON file")
 
 
@@ -194,7 +197,12 @@ def raw_client_for(cls: type[Backend[Any]], config: HiCacheStorageConfig) -> Raw
 def run_bench(
     backend: str, options: dict[str, Any] | None = None, *, page_bytes: int = 65536, pages: int = 1024, batch: int = 128
 ) -> dict[str, Any]:
-    """Benchmark ``backend``; returns ``{"sdk": {op: summary}, "raw": {...} | None, "ratio_ours_over_raw": ...}``."""
+    """Benchmark ``backend``; returns ``{"sdk": {op: summary}, "raw": {...} | None, "ratio_ours_over_raw": ...}``.
+
+    Leaves the store as it found it: its pages and the raw baseline's are removed, and a store
+    directory the run had to create is removed again once empty. A backend that cannot clear is
+    refused (:class:`~hicache_storage.UnsupportedOperation`) before anything is written.
+    """
     if pages < 1 or batch < 1:
         raise ValueError(f"--pages and --batch must be positive, got {pages} and {batch}")
     pool = _pool(page_bytes, pages)
@@ -202,6 +210,36 @@ def run_bench(
     pool.kv_buffer.view(-1).numpy()[:] = content
     keys = [hashlib.sha256(f"bench-{i}".encode()).hexdigest() for i in range(pages)]
     warm_keys = [hashlib.sha256(f"bench-warm-up-{i}".encode()).hexdigest() for i in range(min(batch, pages))]
+    checked = check_store("bench", backend, options, ("supports_clear",), must_exist=False)
+    created = _missing_directories(checked.store_directory())
+    try:
+        return _run(backend, options, pool=pool, content=content, keys=keys, warm_keys=warm_keys, batch=batch)
+    finally:
+        for directory in created:  # what the backend had to create for the run, if it is empty again
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def _missing_directories(directory: Path | None) -> list[Path]:
+    """``directory`` and its parents that do not exist yet, deepest first."""
+    missing: list[Path] = []
+    while directory is not None and not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
+
+
+def _run(
+    backend: str,
+    options: dict[str, Any] | None,
+    *,
+    pool: HostKVPool,
+    content: np.ndarray[Any, Any],
+    keys: list[str],
+    warm_keys: list[str],
+    batch: int,
+) -> dict[str, Any]:
+    pages = len(keys)
     instance = load_backend(backend, make_config("bench", extra_config=dict(options or {})))
     cls, _info = resolve_backend(backend)
     sim_model = hasattr(instance.backend, "last_call_seconds")  # the sim backend's cost model

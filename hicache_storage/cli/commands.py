@@ -1,4 +1,8 @@
-"""Sub-commands of ``hicache-storage``: backends, demo, conformance, new-backend, bench, replay."""
+"""Sub-commands of ``hicache-storage``: backends, demo, conformance, new-backend, bench, replay.
+
+Exit status of every command (docs/operations.md): 0 ok, 1 unhealthy or failed, 2 bad input. Bad
+input is one line on stderr (no traceback), with the closest option named for a mistyped one.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .. import __version__
+from ..command_line import Parser, UsageError, parse_arguments
 from ..contract import API_VERSION
-from ..errors import BackendLoadError, ConfigError
-from .arguments import parse_json_option
+from ..errors import BackendFault, BackendLoadError, ConfigError, UnsupportedOperation
+from .arguments import parse_json_option, positive_int
 from .progress import progress_bar
 
 __all__ = ["build_parser", "parse_json_option", "run"]
@@ -180,7 +186,7 @@ def _cmd_replay(args: argparse.Namespace, console: Console) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hicache-storage``."""
-    parser = argparse.ArgumentParser(prog="hicache-storage", description="Storage tier (L3) SDK for KV caches.")
+    parser = Parser(prog="hicache-storage", description="Storage tier (L3) SDK for KV caches.")
     parser.add_argument("--version", action="version", version=f"hicache-storage {__version__} (API {API_VERSION})")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -192,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--backend", help="one backend to use (default: file in a temp dir, then sim)")
     demo.add_argument("--config", help="backend options as JSON or @file (with --backend)")
     demo.add_argument("--path", help="directory for the file backend (default: a temporary directory)")
-    demo.add_argument("--pages", type=_positive_int, default=2048, help="pages per backend (default 2048)")
-    demo.add_argument("--batch", type=_positive_int, default=128, help="pages per batch call (default 128)")
+    demo.add_argument("--pages", type=positive_int, default=2048, help="pages per backend")
+    demo.add_argument("--batch", type=positive_int, default=128, help="pages per batch call")
     demo.add_argument("--json", help="also write the results to this JSON file")
     demo.add_argument("--no-hybrid", action="store_true", help="skip the hybrid-model (multi-pool) round trip")
     demo.set_defaults(handler=_cmd_demo)
@@ -214,12 +220,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     new = sub.add_parser("new-backend", help="create a new backend plugin package from the template")
     new.add_argument("name", help="backend name (lowercase letters, digits, underscores)")
-    new.add_argument("--dir", default=".", help="parent directory of the new package (default: .)")
+    new.add_argument("--dir", default=".", help="parent directory of the new package")
     new.set_defaults(handler=_cmd_new_backend)
 
-    from .operate import add_commands
+    from .health import add_health_commands
+    from .operate import add_usage_command
+    from .purge import add_purge_command
+    from .sglang_args import add_sglang_args_command
 
-    add_commands(sub)
+    add_usage_command(sub)
+    add_purge_command(sub)
+    add_health_commands(sub)
+    add_sglang_args_command(sub)
     _add_optional(sub, "bench", "hicache_storage.cli.bench", _cmd_bench)
     _add_optional(sub, "replay", "hicache_storage.cli.replay", _cmd_replay)
     return parser
@@ -238,29 +250,30 @@ def _add_optional(sub: Any, name: str, module: str, handler: Callable[[argparse.
     parser.set_defaults(handler=handler)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _error(message: object) -> None:
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(message))}", highlight=False)
 
 
 def run(argv: Sequence[str]) -> int:
-    """Parse ``argv`` and run the sub-command; errors print one clear line and return 2."""
+    """Parse ``argv`` and run the sub-command; bad input prints one line and returns 2, a failure 1."""
     parser = build_parser()
-    args = parser.parse_args(list(argv))
+    try:
+        args = parse_arguments(parser, argv)
+    except UsageError as exc:
+        _error(exc)
+        return 2
     console = Console()
     if not console.is_terminal:  # logs and pipes: wide enough that tables do not wrap
         console = Console(width=160)
     handler: Callable[[argparse.Namespace, Console], int] = args.handler
     try:
         return handler(args, console)
-    except (ConfigError, BackendLoadError, ValueError) as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}", highlight=False)
+    except (ConfigError, BackendLoadError, UnsupportedOperation, ValueError) as exc:
+        _error(exc)
         return 2
+    except (BackendFault, OSError) as exc:  # the store failed while the command ran
+        _error(f"{type(exc).__name__}: {exc}")
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -23,6 +23,7 @@ from ..replay import (
     read_trace,
     run_replay,
 )
+from .arguments import positive_float, positive_int
 from .progress import progress_bar
 
 __all__ = ["add_arguments", "main", "parse_modes"]
@@ -53,16 +54,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"host memory mode, repeatable or comma-separated: {', '.join(MODES)} "
         "(default: all three with --backend, else none)",
     )
-    parser.add_argument("--device-tokens", type=int, default=1_048_576, help="device prefix cache size in tokens")
     parser.add_argument(
-        "--host-ratio", type=float, help="host/device size ratio (default: 2.0 in cache, 1.2 in buffer_only)"
+        "--device-tokens", type=positive_int, default=1_048_576, help="device prefix cache size in tokens"
     )
-    parser.add_argument("--page-size", type=int, default=64, help="tokens per page (must divide --block-tokens)")
-    parser.add_argument("--block-tokens", type=int, default=512, help="tokens per trace block (default 512)")
-    parser.add_argument("--requests", type=int, help="replay only the first K requests")
+    parser.add_argument(
+        "--host-ratio", type=positive_float, help="host/device size ratio (default: 2.0 in cache, 1.2 in buffer_only)"
+    )
+    parser.add_argument(
+        "--page-size", type=positive_int, default=64, help="tokens per page (must divide --block-tokens)"
+    )
+    parser.add_argument("--block-tokens", type=positive_int, default=512, help="tokens per trace block")
+    parser.add_argument("--requests", type=positive_int, help="replay only the first K requests")
     shape = parser.add_mutually_exclusive_group()
     shape.add_argument("--model-shape", help="KV geometry layers,kv_heads,head_dim,dtype (e.g. 32,8,128,bfloat16)")
-    shape.add_argument("--bytes-per-token", type=int, help="KV bytes per token (default 32: small, fast runs)")
+    shape.add_argument("--bytes-per-token", type=positive_int, help="KV bytes per token (default 32: small, fast runs)")
     parser.add_argument(
         "--model",
         help=f"model geometry: a preset ({', '.join(PRESETS)}) or a JSON file; real bytes are scaled to "
@@ -73,15 +78,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model-io-gbps",
-        type=float,
+        type=positive_float,
         help="with --model and the sim backend: charge model-sized I/O at this bandwidth (sets sim_write_gbps "
         "to it times the real/model byte ratio)",
     )
-    parser.add_argument("--prefill-tokens-per-s", type=float, default=20_000.0, help="prefill rate for TTFT")
+    parser.add_argument("--prefill-tokens-per-s", type=positive_float, default=20_000.0, help="prefill rate for TTFT")
     parser.add_argument("--no-clear", action="store_true", help="do not clear the backend before each mode")
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--plot", help="write PNG plots to this directory")
-    parser.add_argument("--plot-prefix", default="replay", help="file name prefix of the plots (default replay)")
+    parser.add_argument("--plot-prefix", default="replay", help="file name prefix of the plots")
 
 
 def _shape(args: argparse.Namespace) -> ModelShape:

@@ -35,6 +35,7 @@ from ..config import HiCacheStorageConfig
 from ..contract import HiCacheStorage
 from ..errors import ConfigError
 from ..pools import PoolName, PoolTransferResult, pool_name_str
+from ..preflight import check_config
 from ..registry import load_backend
 from .prometheus import exporters_for
 
@@ -94,7 +95,13 @@ def _sglang_pool_types() -> tuple[type[Any], type[Any]]:
 
 
 def extra_config_for(backend: str, **options: Any) -> dict[str, Any]:
-    """The ``--hicache-storage-backend-extra-config`` dict running SDK backend ``backend`` with ``options``."""
+    """The ``--hicache-storage-backend-extra-config`` dict running SDK backend ``backend`` with ``options``.
+
+    The options are checked as the backend will check them (names, types, ranges), without opening
+    the store: a typo raises :class:`~hicache_storage.ConfigError` here, not when SGLang starts; an
+    unknown backend raises :class:`~hicache_storage.BackendLoadError`.
+    """
+    check_config(backend, options)
     return {**LOADER_KEYS, "backend": backend, **options}
 
 

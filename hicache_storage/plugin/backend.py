@@ -57,6 +57,12 @@ class Counters(Protocol):
         """Record ``message`` as the latest fault description (``get_stats()["last_fault"]``), counting nothing."""
         ...
 
+    def watch_evictions(self, capacity_bytes: int, what: str) -> None:
+        """A capacity-bound backend (``what`` names it and its option) declares its capacity: when its
+        ``evictions`` counter shows it evicts most of what it is given, the SDK warns (rate-limited log
+        line) and counts ``eviction_pressure``."""
+        ...
+
 
 @dataclass(frozen=True)
 class BackendSetup(Generic[OptionsT]):

@@ -172,16 +172,17 @@ def publish_file(
     """Write ``buffers`` (``total`` bytes) to the new file ``temp`` (mode 0600), then rename it over ``final``.
 
     Readers of ``final`` see the old file or the whole new one, never a part. When ``temp``'s
-    directory is missing, ``make_directory()`` creates it once. On any error ``temp`` is removed and
-    the error raised.
+    directory is missing, ``make_directory()`` creates it (again, up to twice, for a directory that
+    another process removes as it empties). On any error ``temp`` is removed and the error raised.
     """
-    try:
-        fd = os.open(temp, _NEW_FILE_FLAGS, 0o600)
-    except FileNotFoundError:
-        if make_directory is None:
-            raise
-        make_directory()
-        fd = os.open(temp, _NEW_FILE_FLAGS, 0o600)
+    for attempt in range(3):
+        try:
+            fd = os.open(temp, _NEW_FILE_FLAGS, 0o600)
+            break
+        except FileNotFoundError:
+            if make_directory is None or attempt == 2:
+                raise
+            make_directory()
     try:
         try:
             writev_all(fd, buffers, total)

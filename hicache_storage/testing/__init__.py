@@ -40,7 +40,7 @@ from ..pools import BatchContext, HostStatePool, pool_facts, pool_name_str
 from ..pools.buffers import pool_page_buffers
 from ..registry import import_object, load_backend
 from ..store_admin import manifest_key
-from .services import TestServices, s3_client
+from .services import TestServices, s3_backend_options, s3_client
 
 __all__ = [
     "FAST_RESILIENCE",
@@ -63,6 +63,7 @@ __all__ = [
     "page_bytes",
     "page_indices",
     "random_keys",
+    "s3_backend_options",
     "s3_client",
 ]
 

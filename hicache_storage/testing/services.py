@@ -10,7 +10,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TestServices", "s3_client"]
+__all__ = ["TestServices", "s3_backend_options", "s3_client"]
+
+
+def s3_backend_options(settings: Mapping[str, str], bucket: str) -> dict[str, Any]:
+    """Options of the ``s3`` backend for ``bucket`` on the test S3 server that ``settings`` describe."""
+    return {
+        "bucket": bucket,
+        "endpoint_url": settings["HICACHE_TEST_S3_ENDPOINT"],
+        "region": settings["HICACHE_TEST_S3_REGION"],
+        "aws_access_key_id": settings["HICACHE_TEST_S3_ACCESS_KEY_ID"],
+        "aws_secret_access_key": settings["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
+    }
 
 
 def s3_client(settings: Mapping[str, str]) -> Any:

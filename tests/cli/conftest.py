@@ -1,8 +1,10 @@
-"""Makes the replay tests' ``replay_support`` importable for the replay command's tests."""
+"""Makes the replay tests' ``replay_support`` and this folder's ``operate_support`` importable."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "replay"))
+sys.path.insert(0, str(HERE))

@@ -228,3 +228,42 @@ def test_ratios_median_over_pairs_and_ratio_of_totals() -> None:
     median, totals = _ratios(sdk, raw)
     assert median["get"] == pytest.approx(1.5)  # pair ratios 1, 1, 2, 20
     assert totals["get"] == pytest.approx(25.0 / 5.0)
+
+
+@pytest.mark.parametrize("name", ["file", "sim", "redis", "s3", "fsspec"])
+def test_bench_leaves_nothing_behind_on_any_backend(tmp_path: Path, name: str) -> None:
+    """Nothing the run wrote stays: no page, manifest, raw-baseline file, directory or key."""
+    from operate_support import fill, options_for, store_contents
+
+    options = options_for(name, tmp_path)
+    fill(name, options)
+    before = store_contents(name, options)
+    result = run_bench(name, options, page_bytes=4096, pages=40, batch=16)
+    assert result["byte_exact"]
+    assert store_contents(name, options) == before
+
+
+def test_bench_removes_the_store_directory_it_had_to_create(tmp_path: Path) -> None:
+    root = tmp_path / "new" / "store"
+    assert run_bench("file", {"path": str(root)}, page_bytes=4096, pages=16, batch=8)["byte_exact"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_refuses_a_backend_that_could_not_remove_its_pages(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    class NoClear(sim.SimBackend):  # type: ignore[misc, name-defined]
+        capabilities = dataclasses.replace(sim.SimBackend.capabilities, supports_clear=False)
+
+        @classmethod
+        def capabilities_for(cls, options: Any) -> Any:
+            return cls.capabilities
+
+    register_backend("bench-no-clear", NoClear)
+    try:
+        assert run(["bench", "bench-no-clear", "--config", '{"store": "bench-no-clear"}', "--pages", "8"]) == 2
+    finally:
+        unregister_backend("bench-no-clear")
+    err = capsys.readouterr().err
+    assert "cannot remove the pages it was given (clear)" in err and len(err.strip().splitlines()) == 1
+    assert sim.store.open_store("bench-no-clear", None, False).keys() == []  # refused before any write

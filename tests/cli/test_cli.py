@@ -68,3 +68,31 @@ def test_config_option_from_file(tmp_path):
     path = tmp_path / "c.json"
     path.write_text('{"path": "/x"}')
     assert parse_json_option(f"@{path}") == {"path": "/x"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["usage", "sim", "--jsno"], "unknown option --jsno (did you mean --json?)"),
+        (["purge", "sim", "--modle", "m"], "unknown option --modle (did you mean --model?) (see hicache-storage purge"),
+        (["health", "sim", "extra"], "unexpected argument 'extra'"),
+        (["usag", "sim"], "invalid choice: 'usag'"),
+        (["replay", "t.jsonl", "--device-tokens", "0"], "--device-tokens: expected a positive integer, got 0"),
+    ],
+)
+def test_bad_arguments_are_one_line_with_the_closest_name(argv, message, capsys):
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and not err.startswith("usage:")
+
+
+def test_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        run(["health", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "seconds before the store counts as unhealthy (default: 10.0)" in text
+    with pytest.raises(SystemExit):
+        run(["replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 1048576)" in text and "tokens per page (must divide --block-tokens) (default: 64)" in text
+    assert "(default: None)" not in text and "(default: False)" not in text

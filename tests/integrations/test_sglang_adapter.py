@@ -14,7 +14,7 @@ from engine_configs import engine_fields
 
 from hicache_storage import BackendLoadError, ConfigError, HostKVPool, make_config, testing
 from hicache_storage.integrations import sglang as adapter
-from hicache_storage.integrations.sglang import SGLangBackend, extra_config_for, launch_args, sdk_config
+from hicache_storage.integrations.sglang import LOADER_KEYS, SGLangBackend, extra_config_for, launch_args, sdk_config
 from hicache_storage.pools import PoolHitPolicy, PoolName
 
 PAGE = 4
@@ -249,9 +249,37 @@ def test_construction_errors_name_the_option(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"extra_config\.backend"):
         SGLangBackend(make_config(extra_config={"backend_name": "x"}), {})
     with pytest.raises(BackendLoadError, match="no_such_backend"):
-        SGLangBackend(make_config(extra_config=extra_config_for("no_such_backend")), {})
+        SGLangBackend(make_config(extra_config={**LOADER_KEYS, "backend": "no_such_backend"}), {})
     with pytest.raises(ConfigError, match="unknown option"):
-        SGLangBackend(make_config(extra_config=extra_config_for("file", path=str(tmp_path), bogus=1)), {})
+        SGLangBackend(
+            make_config(extra_config={**LOADER_KEYS, "backend": "file", "path": str(tmp_path), "bogus": 1}), {}
+        )
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "error", "message"),
+    [
+        ("no_such_backend", {}, BackendLoadError, "no backend named 'no_such_backend'"),
+        (
+            "file",
+            {"path": "/x", "max_byte": 1},
+            ConfigError,
+            r"extra_config\.max_byte: unknown option \(did you mean max_bytes\?\)",
+        ),
+        ("file", {"path": "/x", "namespce": "a"}, ConfigError, r"did you mean namespace\?"),
+        ("file", {"path": "/x", "fanout_levels": 9}, ConfigError, r"extra_config\.fanout_levels: must be in \[0, 4\]"),
+        ("sim", {"manifests": "yes"}, ConfigError, r"extra_config\.manifests: expected bool"),
+        ("sim", {"resilience": {"retry": 1}}, ConfigError, r"extra_config\.resilience\.retry"),
+    ],
+)
+def test_extra_config_for_checks_the_options_before_sglang_starts(
+    tmp_path: Path, backend: str, options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        extra_config_for(backend, **options)
+    with pytest.raises(error, match=message):
+        launch_args(backend, **options)
+    assert not Path("/x").exists()  # nothing was opened or created
 
 
 def test_sdk_config_from_an_engine_config() -> None:

@@ -38,7 +38,8 @@ from hicache_storage.plugin.io_threads import IoThreads
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
 from hicache_storage.plugin.vectored_io import preadv_all, publish_file
 
-from .eviction import ChainEviction
+from .eviction import SizeLimit
+from .footprint import Footprint, choose_fanout
 from .layout import PageLayout
 from .listing import list_page_files
 from .options import FileOptions, resolve_root
@@ -68,9 +69,7 @@ class FileBackend(Backend[FileOptions]):
         options = setup.options
         self._counters = setup.counters
         self.root = resolve_root(options)
-        #: Where each storage key's page file goes below ``root``.
-        self.layout = PageLayout(str(self.root), options.fanout_levels)
-        self._path_for = self.layout.path_for
+        root = str(self.root)
         self._read_only = options.read_only
         self._codec = record_codec(options)
         if self._read_only:
@@ -80,23 +79,29 @@ class FileBackend(Backend[FileOptions]):
                 )
         else:
             try:
-                self.layout.ensure_directory(str(self.root))
+                PageLayout(root, 0).ensure_directory(root)
             except OSError as error:
                 raise ConfigError("extra_config.path", f"cannot create directory {str(self.root)!r}: {error}") from None
             if not os.access(self.root, os.W_OK | os.X_OK):
                 raise ConfigError(
                     "extra_config.path", f"directory {str(self.root)!r} is not writable (read_only: true reads it)"
                 )
+        footprint = Footprint(root)
+        #: Where each storage key's page file goes below ``root``.
+        self.layout = PageLayout(root, choose_fanout(root, options.fanout_levels, options.max_bytes, footprint.block))
+        self._path_for = self.layout.path_for
         self._fsync = options.fsync
         #: Threads that move the pages of one batch (``extra_config.io_threads`` resolved).
         self.io_threads = options.io_threads if options.io_threads is not None else min(4, os.cpu_count() or 1)
         self._threads = IoThreads(self.io_threads)
         self._nonce = secrets.token_hex(4)
         self._counter = itertools.count()
-        self._eviction: ChainEviction | None = None
+        self._eviction: SizeLimit | None = None
         if options.max_bytes is not None:
-            self._eviction = ChainEviction(options.max_bytes)
-            self._eviction.seed(self._existing_pages())
+            self._eviction = SizeLimit(options.max_bytes, self.layout, footprint)
+            self._eviction.seed(self._existing_pages(), self.layout.iter_fanout_directories())
+            self.layout.on_directory = self._eviction.directory_created
+            self._counters.watch_evictions(options.max_bytes, "file backend (max_bytes)")
 
     @classmethod
     def capabilities_for(cls, options: FileOptions) -> Capabilities:
@@ -152,7 +157,9 @@ class FileBackend(Backend[FileOptions]):
                 [(self._path_for(key), size if ok else None) for key, ok in zip(keys, results, strict=True)],
                 parent=self._path_for(parent) if parent is not None and len(keys) else None,
             )
-            self._evict()
+            evicted = self._eviction.evict()
+            if evicted:
+                self._counters.bump("evictions", evicted)
         return results
 
     def _write_one(self, key: str, page: PageBuffers, directories: set[str]) -> bool:
@@ -163,16 +170,10 @@ class FileBackend(Backend[FileOptions]):
         temp = f"{directory}/{layout.temp_name(name, f'{os.getpid()}-{self._nonce}-{next(self._counter)}')}"
         trailer = self._codec.header(key, page)
         size = HEADER_SIZE + sum(segment.nbytes for segment in page)
-        publish_file(
-            temp,
-            final,
-            [*page, trailer],
-            size,
-            fsync=self._fsync,
-            make_directory=lambda: layout.ensure_directory(directory),
-        )
+        make_directory = lambda: layout.ensure_directory(directory)  # noqa: E731 (only if the directory is missing)
+        publish_file(temp, final, [*page, trailer], size, fsync=self._fsync, make_directory=make_directory)
         directories.add(directory)
-        if self._eviction is not None and size > self._eviction.max_bytes:
+        if self._eviction is not None and not self._eviction.fits(final, size):
             self._remove(final)
             return False
         return True
@@ -224,8 +225,10 @@ class FileBackend(Backend[FileOptions]):
         return results
 
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
-        for key in keys:
-            self._remove(self.layout.path_for(key))
+        paths = [self.layout.path_for(key) for key in keys]
+        for path in paths:
+            self._remove(path)
+        self._remove_empty_directories(paths)
         return [True] * len(keys)
 
     def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
@@ -251,6 +254,7 @@ class FileBackend(Backend[FileOptions]):
             else:
                 for path in removed:
                     self._eviction.record_removal(path)
+        self._remove_empty_directories(removed)
 
     # ------------------------------------------------------------ eviction
     def _remove(self, path: str) -> None:
@@ -259,12 +263,12 @@ class FileBackend(Backend[FileOptions]):
         if self._eviction is not None:
             self._eviction.record_removal(path)
 
-    def _evict(self) -> None:
-        assert self._eviction is not None
-        for path in self._eviction.victims():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            self._counters.bump("evictions")
+    def _remove_empty_directories(self, paths: Sequence[str]) -> None:
+        """Remove the directories of ``paths`` (deepest first) and their parents that are now empty."""
+        for directory in sorted({os.path.dirname(path) for path in paths}, key=len, reverse=True):
+            removed = self.layout.remove_empty_directories(directory)
+            if removed and self._eviction is not None:
+                self._eviction.directories_removed(removed)
 
 
 #: ``open`` errors meaning "something that is not a page file sits at the page path".

@@ -25,20 +25,30 @@ of every chain. Without ``prefix_keys``, a chain split over several batches can 
 evicted or the head is rewritten. Pages found on disk at start-up carry no chain information and
 are evicted oldest first (by modification time) before any page written by this process.
 
+Sizes are what each page takes on disk (:class:`~hicache_storage_file.footprint.Footprint`), and
+``reserved_bytes`` (the directories) counts against ``max_bytes`` too. :class:`SizeLimit` puts it
+together for the backend: it charges pages and directories, removes the victims' files and the
+directories they leave empty.
+
 :class:`WriteOrderEviction` (least recently written first, no chain knowledge) is kept for
 comparison and for callers that replace the policy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["ChainEviction", "WriteOrderEviction"]
+from .footprint import Footprint
+from .layout import PageLayout
+
+__all__ = ["ChainEviction", "SizeLimit", "WriteOrderEviction"]
 
 
 @dataclass
@@ -52,11 +62,14 @@ class _Page:
 class ChainEviction:
     """Tracks page files with their chain links and picks leaf victims above ``max_bytes``.
 
-    Thread-safe. Paths are the page files' paths; sizes are file sizes in bytes.
+    Thread-safe. Paths are the page files' paths; sizes are the bytes each counts against
+    ``max_bytes``. ``reserved_bytes`` (not evictable: directories) counts against it too.
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
+        #: Bytes counted against ``max_bytes`` that no eviction frees.
+        self.reserved_bytes = 0
         self._lock = threading.Lock()
         self._pages: dict[str, _Page] = {}
         self._heap: list[tuple[tuple[int, int], int, str]] = []
@@ -84,19 +97,23 @@ class ChainEviction:
         """One page file of ``size`` bytes was (re)published at ``path`` (a batch of one page)."""
         self.record_batch([(path, size)])
 
-    def record_batch(self, entries: Sequence[tuple[str, int | None]], parent: str | None = None) -> None:
+    def record_batch(self, entries: Sequence[tuple[str, int | None]], parent: str | None = None) -> list[str]:
         """A batch was written: ``entries`` are (path, size) in chain order, ``size=None`` where the
-        write failed. ``parent`` is the path of the page the first entry continues, when known."""
+        write failed. ``parent`` is the path of the page the first entry continues, when known.
+        Returns the paths that were not tracked before (new files rather than rewrites)."""
+        new: list[str] = []
         with self._lock:
             batch = next(self._sequence)
             previous = parent
             for position, (path, size) in enumerate(entries):
-                if size is not None:
-                    self._add(path, size, previous, (batch, -position))
+                if size is not None and self._add(path, size, previous, (batch, -position)):
+                    new.append(path)
                 previous = path
+        return new
 
-    def _add(self, path: str, size: int, parent: str | None, order: tuple[int, int]) -> None:
+    def _add(self, path: str, size: int, parent: str | None, order: tuple[int, int]) -> bool:
         page = self._pages.get(path)
+        fresh = page is None
         if page is None:
             page = self._pages[path] = _Page(size, None, order)
             self._total += size
@@ -108,6 +125,7 @@ class ChainEviction:
             page.parent = parent
             self._pages[parent].children.add(path)
         heapq.heappush(self._heap, (page.order, next(self._tiebreak), path))
+        return fresh
 
     def record_removal(self, path: str) -> None:
         """A page file was deleted (not by eviction)."""
@@ -135,7 +153,7 @@ class ChainEviction:
         """Paths to remove (already forgotten here) so the tracked total fits ``max_bytes``."""
         chosen: list[str] = []
         with self._lock:
-            while self._total > self.max_bytes and self._heap:
+            while self._total + self.reserved_bytes > self.max_bytes and self._heap:
                 order, _tie, path = heapq.heappop(self._heap)
                 page = self._pages.get(path)
                 if page is None or page.order != order or page.children:
@@ -171,6 +189,7 @@ class WriteOrderEviction:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
+        self.reserved_bytes = 0
         self._lock = threading.Lock()
         self._sizes: OrderedDict[str, int] = OrderedDict()
         self._total = 0
@@ -207,7 +226,7 @@ class WriteOrderEviction:
         """Paths to remove (already forgotten here) so the tracked total fits ``max_bytes``."""
         chosen: list[str] = []
         with self._lock:
-            while self._total > self.max_bytes and self._sizes:
+            while self._total + self.reserved_bytes > self.max_bytes and self._sizes:
                 path, size = self._sizes.popitem(last=False)
                 self._total -= size
                 chosen.append(path)
@@ -218,3 +237,144 @@ class WriteOrderEviction:
         with self._lock:
             self._sizes.clear()
             self._total = 0
+
+
+@dataclass
+class _Directory:
+    measured: int  # allocated bytes when last measured (at least one block)
+    pending: int = 0  # estimated growth by the entries of pages new since then
+    pages: int = 0  # tracked page files in it
+
+
+class SizeLimit:
+    """``max_bytes`` of the file backend over what the disk holds: page files in whole blocks, and each
+    directory (the root included) at its allocated size.
+
+    A directory is measured with ``stat`` when first seen and again once as many new pages were
+    written as there are directories (one ``stat`` per new page, amortized); until then each new
+    page adds :meth:`Footprint.entry <hicache_storage_file.footprint.Footprint.entry>` to it.
+    Removing files never shrinks a directory (ext4 keeps its blocks), so evictions free only the
+    pages' blocks. Evicts with :class:`ChainEviction`, removes the victims' files and every
+    directory left empty. Thread-safe.
+    """
+
+    def __init__(self, max_bytes: int, layout: PageLayout, footprint: Footprint) -> None:
+        self.max_bytes = max_bytes
+        self.policy = ChainEviction(max_bytes)
+        self._layout = layout
+        self._footprint = footprint
+        self._lock = threading.Lock()
+        self._directories: dict[str, _Directory] = {}
+        self._since_measure = 0
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes counted against the limit: tracked pages and directories."""
+        return self.policy.total_bytes + self.policy.reserved_bytes
+
+    def seed(self, pages: Iterable[tuple[str, int, float]], directories: Iterable[str]) -> None:
+        """Count what is on disk: (path, file size, modification time) of each page, and the directories
+        (the root included)."""
+        found = list(pages)
+        self.directories_created([self._layout.root, *directories])
+        self.policy.seed((path, self._footprint.page(size), mtime) for path, size, mtime in found)
+        with self._lock:
+            for path, _size, _mtime in found:
+                self._directory_of(path).pages += 1
+        self._measure()
+
+    def directory_created(self, path: str) -> None:
+        """A directory was created below the root."""
+        self.directories_created([path])
+
+    def directories_created(self, paths: Iterable[str]) -> None:
+        with self._lock:
+            for path in paths:
+                self._directories.setdefault(path.rstrip("/") or "/", _Directory(self._footprint.directory))
+            self._update()
+
+    def directories_removed(self, paths: Iterable[str]) -> None:
+        with self._lock:
+            for path in paths:
+                self._directories.pop(path, None)
+            self._update()
+
+    def _directory_of(self, path: str) -> _Directory:
+        return self._directories.setdefault(path[: path.rfind("/")], _Directory(self._footprint.directory))
+
+    def _update(self) -> None:
+        self.policy.reserved_bytes = sum(d.measured + d.pending for d in self._directories.values())
+
+    def _measure(self) -> None:
+        """Stat every known directory (outside the lock), then count each at its allocated size."""
+        with self._lock:
+            paths = list(self._directories)
+            self._since_measure = 0
+        sizes = {path: self._footprint.measure(path) for path in paths}
+        with self._lock:
+            for path, size in sizes.items():
+                directory = self._directories.get(path)
+                if directory is not None:
+                    directory.measured, directory.pending = max(self._footprint.directory, size), 0
+            self._update()
+
+    def fits(self, path: str, size: int) -> bool:
+        """Whether one page file of ``size`` bytes at ``path`` fits the limit at all."""
+        return self._footprint.page(size) + self._footprint.directory <= self.max_bytes
+
+    def record_batch(self, entries: Sequence[tuple[str, int | None]], parent: str | None = None) -> None:
+        """A batch was written: (path, file size or ``None`` where the write failed), in chain order."""
+        new = self.policy.record_batch(
+            [(p, None if n is None else self._footprint.page(n)) for p, n in entries], parent
+        )
+        with self._lock:
+            for path in new:  # a rewrite adds no entry
+                directory = self._directory_of(path)
+                directory.pages += 1
+                directory.pending += self._footprint.entry(path)
+            self._since_measure += len(new)
+            due = self._since_measure >= len(self._directories)
+            self._update()
+        if due:
+            self._measure()
+
+    def _forget_pages(self, paths: Sequence[str]) -> list[str]:
+        """Directories left with no tracked page once ``paths`` are gone."""
+        emptied = []
+        with self._lock:
+            for path in paths:
+                name = path[: path.rfind("/")]
+                directory = self._directories.get(name)
+                if directory is not None and directory.pages > 0:
+                    directory.pages -= 1
+                    if directory.pages == 0:
+                        emptied.append(name)
+        return emptied
+
+    def record_removal(self, path: str) -> None:
+        """A page file was deleted (not by eviction); directories it leaves empty are removed."""
+        self.policy.record_removal(path)
+        self._remove_empty(self._forget_pages([path]))
+
+    def evict(self) -> int:
+        """Remove page files until the counted total fits ``max_bytes``; how many were removed."""
+        victims = self.policy.victims()
+        for path in victims:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if victims:
+            self._remove_empty(self._forget_pages(victims))
+        return len(victims)
+
+    def reset(self) -> None:
+        """Forget every tracked page (after ``clear``); directories left empty are removed."""
+        self.policy.reset()
+        with self._lock:
+            emptied = [path for path, directory in self._directories.items() if directory.pages]
+            for directory in self._directories.values():
+                directory.pages = 0
+        self._remove_empty(emptied)
+
+    def _remove_empty(self, directories: list[str]) -> None:
+        for directory in sorted(directories, key=len, reverse=True):
+            self.directories_removed(self._layout.remove_empty_directories(directory))

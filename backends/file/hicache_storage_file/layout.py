@@ -5,15 +5,18 @@ by successive pairs of hex digits of the XXH3-64 of ``k``, then the file named `
 longer than :data:`NAME_LIMIT` are shortened and suffixed with ``+<sha256 of k>``). Temp files start
 with ``.`` and end with ``.hctmp``; storage keys start with a letter or digit, so a temp name can
 never be a page name.
+
+Directories are created on demand (mode 0o700; ``on_directory`` hears of each one) and removed
+again by :meth:`PageLayout.remove_empty_directories` once the last file in them is gone, so a
+store whose pages were all deleted is its bare root again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import xxhash
 
@@ -31,9 +34,11 @@ _FANOUT_DIR = re.compile(r"[0-9a-f]{2}")
 class PageLayout:
     """Maps storage keys to paths below ``root`` (plain ``str`` paths: they are on the hot path)."""
 
-    def __init__(self, root: str, fanout_levels: int) -> None:
+    def __init__(self, root: str, fanout_levels: int, on_directory: Callable[[str], None] | None = None) -> None:
         self.root = root.rstrip("/") or "/"
         self.fanout_levels = fanout_levels
+        #: Called with the path of each directory :meth:`ensure_directory` creates.
+        self.on_directory = on_directory
 
     @staticmethod
     def file_name(key: str) -> str:
@@ -77,8 +82,43 @@ class PageLayout:
                 break
             current = parent
         for path in reversed(missing):
-            with contextlib.suppress(FileExistsError):
+            try:
                 os.mkdir(path, 0o700)
+            except FileExistsError:
+                continue
+            if self.on_directory is not None:
+                self.on_directory(path)
+
+    def remove_empty_directories(self, directory: str) -> list[str]:
+        """Remove ``directory`` and then each parent below the root while empty; the paths removed.
+
+        A directory another writer has put a file in since stays (``rmdir`` refuses it).
+        """
+        removed: list[str] = []
+        root = self.root
+        current = directory.rstrip("/")
+        while current != root and current.startswith(root + "/"):
+            try:
+                os.rmdir(current)
+            except OSError:  # not empty, already gone, or not ours to remove
+                break
+            removed.append(current)
+            current = os.path.dirname(current)
+        return removed
+
+    def iter_fanout_directories(self) -> Iterator[str]:
+        """Every fan-out directory below the root (two lowercase hex digits, at most four levels deep)."""
+        stack = [(self.root, 0)]
+        while stack:
+            directory, depth = stack.pop()
+            try:
+                entries = list(os.scandir(directory))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                if depth < 4 and entry.is_dir(follow_symlinks=False) and _FANOUT_DIR.fullmatch(entry.name):
+                    yield entry.path
+                    stack.append((entry.path, depth + 1))
 
     def iter_owned_files(self) -> Iterator[tuple[str, bool]]:
         """(path, is_temp) of every page file and temp file below the root, nothing else.

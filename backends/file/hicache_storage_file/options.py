@@ -19,9 +19,11 @@ MAX_FANOUT_LEVELS = 4
 @dataclass(frozen=True)
 class FileOptions(IntegrityOptions):
     """``path``: storage root (default: ``$HICACHE_FILE_PATH``); ``fanout_levels``: directory levels
-    of two hex digits between the root and a page file; ``fsync``: make every write durable before
-    it is acknowledged; ``max_bytes``: size limit of the page files this process knows of
-    (``None`` = no limit), enforced by evicting the least recently written pages; ``io_threads``:
+    of two hex digits between the root and a page file (``None`` = the existing store's, else what
+    fits ``max_bytes``: see :mod:`~hicache_storage_file.footprint`); ``fsync``: make every write
+    durable before it is acknowledged; ``max_bytes``: size limit on the disk space of the page files
+    this process knows of and their directories (``None`` = no limit), enforced by evicting the
+    least recently written pages; ``io_threads``:
     threads that move the pages of one batch (``None`` = ``min(4, CPU count)``, 1 = the calling
     thread only); ``read_only``: serve reads from a root this process may not write (writes return
     ``False`` without trying, counted as ``read_only_writes_refused``; no delete or clear);
@@ -29,7 +31,7 @@ class FileOptions(IntegrityOptions):
     records is (see :class:`~hicache_storage.plugin.page_format.IntegrityOptions`)."""
 
     path: str | None = None
-    fanout_levels: int = 2
+    fanout_levels: int | None = None
     fsync: bool = False
     max_bytes: int | None = None
     io_threads: int | None = None
@@ -38,7 +40,7 @@ class FileOptions(IntegrityOptions):
     def __post_init__(self) -> None:
         if self.path is not None and not self.path.strip():
             raise ConfigError("extra_config.path", "must be a non-empty directory path")
-        if not 0 <= self.fanout_levels <= MAX_FANOUT_LEVELS:
+        if self.fanout_levels is not None and not 0 <= self.fanout_levels <= MAX_FANOUT_LEVELS:
             raise ConfigError(
                 "extra_config.fanout_levels", f"must be in [0, {MAX_FANOUT_LEVELS}], got {self.fanout_levels}"
             )
@@ -48,6 +50,10 @@ class FileOptions(IntegrityOptions):
             raise ConfigError("extra_config.max_bytes", f"must be a positive number of bytes, got {self.max_bytes}")
         if self.read_only and self.max_bytes is not None:
             raise ConfigError("extra_config.max_bytes", "a read_only backend never evicts: leave max_bytes unset")
+
+    def store_directory(self) -> Path:
+        """The storage root (what operator commands check exists before opening the store)."""
+        return resolve_root(self)
 
 
 def resolve_root(options: FileOptions) -> Path:

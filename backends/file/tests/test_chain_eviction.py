@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hicache_storage_file import FileBackend
 from hicache_storage_file.eviction import ChainEviction, WriteOrderEviction
+from hicache_storage_file.footprint import Footprint
 
 from hicache_storage import HiCacheStorage, HiCacheStorageExtraInfo, HostKVPool, make_config, page_hashes
 from hicache_storage.plugin.page_format import HEADER_SIZE
@@ -22,13 +23,25 @@ def make_pool(num_pages: int = 32) -> HostKVPool:
     return HostKVPool(num_pages=num_pages, page_size=PAGE_SIZE, layer_num=1, head_num=1, head_dim=16)
 
 
-def make_backend(root: Path, pool: HostKVPool, max_pages: int) -> HiCacheStorage:
-    record = HEADER_SIZE + pool.bytes_per_page
+#: Length of a storage key of these tests' key spaces (``hc1-<20>.<64 hex>.tp0of1.pp0of1.cp0of1``).
+KEY_LENGTH = 110
+
+
+def limit_for(root: Path, pool: HostKVPool, pages: int, spare_blocks: int = 0) -> int:
+    """``max_bytes`` that holds ``pages`` page files on disk (blocks and directory entries), the root, and
+    ``spare_blocks`` more for the root directory (it grows when hundreds of pages come and go)."""
+    footprint = Footprint(str(root))
+    page = footprint.page(HEADER_SIZE + pool.bytes_per_page) + footprint.entry(f"{root}/{'k' * KEY_LENGTH}")
+    return (1 + spare_blocks) * footprint.directory + pages * page
+
+
+def make_backend(root: Path, pool: HostKVPool, max_pages: int, spare_blocks: int = 0) -> HiCacheStorage:
     # Pages of a few hundred bytes: a 4 KiB key-space manifest would take the budget of 15 of them.
+    root.mkdir(parents=True, exist_ok=True)
     extra = {
         "path": str(root),
         "resilience": False,
-        "max_bytes": max_pages * record,
+        "max_bytes": limit_for(root, pool, max_pages, spare_blocks),
         "io_threads": 4,
         "manifests": False,
     }
@@ -59,7 +72,8 @@ def assert_prefixes(backend: HiCacheStorage, chains: list[list[str]]) -> list[in
 
 
 def on_disk_bytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in root.rglob("hc*") if p.is_file())
+    """Allocated bytes of everything under ``root``, itself included (what ``du`` counts)."""
+    return sum(p.lstat().st_blocks * 512 for p in [root, *root.rglob("*")])
 
 
 def conversation(rng: random.Random, turns: int, pages_per_turn: int) -> list[list[int]]:
@@ -74,7 +88,7 @@ def conversation(rng: random.Random, turns: int, pages_per_turn: int) -> list[li
 
 def test_single_batch_chains_lose_tails_first(tmp_path: Path) -> None:
     pool = make_pool()
-    backend = make_backend(tmp_path, pool, max_pages=40)
+    backend = make_backend(tmp_path, pool, max_pages=40, spare_blocks=3)
     rng = random.Random(1)
     chains = []
     for _ in range(30):
@@ -84,10 +98,10 @@ def test_single_batch_chains_lose_tails_first(tmp_path: Path) -> None:
         chains.append(chain)
         assert_prefixes(backend, chains)
     lengths = assert_prefixes(backend, chains)
-    assert sum(lengths) <= 40
+    assert sum(lengths) <= 43  # 40 pages, and the root directory's 3 spare blocks while it is small
     assert sum(lengths) > 0 and any(0 < n < len(c) for n, c in zip(lengths, chains, strict=True)), lengths
     assert lengths[-1] == len(chains[-1]), "the newest chain should survive whole"
-    assert on_disk_bytes(tmp_path) <= 40 * (HEADER_SIZE + pool.bytes_per_page)
+    assert on_disk_bytes(tmp_path) <= limit_for(tmp_path, pool, 40, spare_blocks=3)
     assert backend.get_stats()["counters"]["evictions"] > 0
 
 
@@ -95,7 +109,7 @@ def test_multi_turn_chains_with_prefix_keys_never_leave_holes(tmp_path: Path) ->
     """Conversations written turn by turn (one batch per turn, linked by ``prefix_keys``), shared
     prefixes (branches), batches split at 8 pages, and head pages rewritten: no hole, ever."""
     pool = make_pool()
-    backend = make_backend(tmp_path, pool, max_pages=48)
+    backend = make_backend(tmp_path, pool, max_pages=48, spare_blocks=3)
     rng = random.Random(2)
     system = [rng.randrange(50000) for _ in range(2 * PAGE_SIZE)]  # a shared system prompt: 2 pages
     chains: list[list[str]] = []
@@ -119,7 +133,7 @@ def test_multi_turn_chains_with_prefix_keys_never_leave_holes(tmp_path: Path) ->
     lengths = assert_prefixes(backend, chains)
     assert backend.get_stats()["counters"]["evictions"] > 0
     assert lengths[-1] == len(chains[-1])
-    assert on_disk_bytes(tmp_path) <= 48 * (HEADER_SIZE + pool.bytes_per_page)
+    assert on_disk_bytes(tmp_path) <= limit_for(tmp_path, pool, 48, spare_blocks=3)
 
 
 def test_write_order_policy_would_leave_holes() -> None:

@@ -25,7 +25,7 @@ class TestFileConformanceSizeLimited(BackendConformance):
     """``max_bytes`` set: ``may_evict`` is declared and the eviction tests run."""
 
     backend = "file"
-    config: ClassVar[dict[str, Any]] = {"path": "{tmp}/pages", "max_bytes": 64 * 1024}
+    config: ClassVar[dict[str, Any]] = {"path": "{tmp}/pages", "max_bytes": 512 * 1024}  # blocks counted: ~100 pages
 
 
 def test_the_hooks_are_registered_under_the_backend_name() -> None:

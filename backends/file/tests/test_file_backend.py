@@ -16,6 +16,7 @@ import pytest
 import xxhash
 from hicache_storage_file import PATH_ENV, FileBackend
 from hicache_storage_file.conformance import FileHooks
+from hicache_storage_file.footprint import Footprint
 from hicache_storage_file.layout import PageLayout
 
 from hicache_storage import ConfigError, HiCacheStorage, HostKVPool, make_config
@@ -232,10 +233,18 @@ def test_clear_removes_only_page_files(tmp_path: Path) -> None:
     assert backend.get_stats()["faults"] == 0
 
 
+def limit_for(root: Path, pool: HostKVPool, pages: int, directories: int = 0) -> int:
+    """``max_bytes`` that holds ``pages`` page files of ``pool`` on disk (blocks, directory entries), the
+    root and ``directories`` fan-out directories."""
+    footprint = Footprint(str(root))
+    key = "hc1-" + "0" * 20 + "." + "0" * 64 + ".tp0of1.pp0of1.cp0of1"
+    page = footprint.page(HEADER_SIZE + pool.bytes_per_page) + footprint.entry(f"{root}/{key}")
+    return (1 + directories) * footprint.directory + pages * page
+
+
 def test_max_bytes_evicts_least_recently_written(tmp_path: Path) -> None:
     pool = make_pool()
-    record = HEADER_SIZE + pool.bytes_per_page
-    backend = make_backend(tmp_path, pool, max_bytes=3 * record)
+    backend = make_backend(tmp_path, pool, max_bytes=limit_for(tmp_path, pool, 3), manifests=False)
     assert backend.capabilities.may_evict is True
     keys = keys_for(5)
     for page, key in enumerate(keys):
@@ -250,13 +259,13 @@ def test_max_bytes_evicts_least_recently_written(tmp_path: Path) -> None:
 
 def test_max_bytes_counts_pages_already_on_disk(tmp_path: Path) -> None:
     pool = make_pool()
-    record = HEADER_SIZE + pool.bytes_per_page
     keys = keys_for(3)
     first = make_backend(tmp_path, pool, manifests=False)
     first.batch_set_v1(keys[:2], indices(0, 2))
     for age, key in enumerate(keys[:2]):
         os.utime(path_of(first, key), (1_000_000 + age, 1_000_000 + age))
-    limited = make_backend(tmp_path, pool, max_bytes=2 * record, manifests=False)  # a manifest outweighs 2 pages
+    # the store has the unlimited default's two fan-out levels: each page may need two directories
+    limited = make_backend(tmp_path, pool, max_bytes=limit_for(tmp_path, pool, 2, directories=6), manifests=False)
     assert limited.batch_set_v1(keys[2:], indices(2, 1)) == [True]
     assert limited.batch_exists_each(keys) == [False, True, True]
 

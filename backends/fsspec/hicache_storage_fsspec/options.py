@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from hicache_storage.plugin import ConfigError, secret_option, secret_option_names
@@ -80,6 +81,12 @@ class FsspecOptions(IntegrityOptions):
     def protocol(self) -> str:
         """The URL's scheme (``file`` for a bare path)."""
         return self.url.split("://", 1)[0] if "://" in self.url else "file"
+
+    def store_directory(self) -> Path | None:
+        """The local directory of a ``file://`` URL (or bare path), ``None`` for any other file system."""
+        if self.protocol not in ("file", "local"):
+            return None
+        return Path(self.url.split("://", 1)[1] if "://" in self.url else self.url).expanduser()
 
     def __repr__(self) -> str:
         """The options with the secret ones redacted: user-info of the URL, credential-like storage options."""

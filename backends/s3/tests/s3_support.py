@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hicache_storage.testing import s3_client
+from hicache_storage.testing import s3_backend_options, s3_client
 from hicache_storage.testing.fixtures import checkout_services
 from hicache_storage.testing.outage import PrivateServices
 
@@ -15,13 +15,7 @@ settings = SERVICES.settings
 
 def s3_options(env: dict[str, str], bucket: str) -> dict[str, object]:
     """Backend options for ``bucket`` on the test S3 server that ``env`` describes."""
-    return {
-        "bucket": bucket,
-        "endpoint_url": env["HICACHE_TEST_S3_ENDPOINT"],
-        "region": env["HICACHE_TEST_S3_REGION"],
-        "aws_access_key_id": env["HICACHE_TEST_S3_ACCESS_KEY_ID"],
-        "aws_secret_access_key": env["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
-    }
+    return s3_backend_options(env, bucket)
 
 
 class PrivateBucket:

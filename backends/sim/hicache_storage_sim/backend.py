@@ -54,6 +54,8 @@ class SimBackend(Backend[SimOptions]):
         self._keys_only = options.keys_only
         self._codec = record_codec(options)
         self.store: SimStore = open_store(options.store, options.capacity_bytes, options.keys_only)
+        if options.capacity_bytes is not None:
+            self.counters.watch_evictions(options.capacity_bytes, "sim backend (capacity_bytes)")
         self._faults = FaultInjector(
             {"get": options.fail_get_rate, "set": options.fail_set_rate, "exists": options.fail_exists_rate},
             options.fault_seed,

@@ -73,6 +73,8 @@ class SlabBackend(Backend[SlabOptions]):
         self._slabs: dict[str, Slab] = {}
         self._slabs_lock = threading.Lock()
         self._open_failures: dict[str, tuple[float, str]] = {}
+        capacity = options.capacity_bytes + sum((options.pool_capacity_bytes or {}).values())
+        setup.counters.watch_evictions(capacity, "slab backend (capacity_bytes)")
 
     # ------------------------------------------------------------ slabs
     @property

@@ -58,6 +58,10 @@ class SlabOptions:
         if self.io_threads is not None and not 1 <= self.io_threads <= 32:
             raise ConfigError("extra_config.io_threads", f"must be in [1, 32] or null, got {self.io_threads}")
 
+    def store_directory(self) -> Path:
+        """The slab directory (what operator commands check exists before opening the store)."""
+        return resolve_root(self)
+
     def capacity_for(self, pool: str) -> int:
         """Slab size of the key space of ``pool``."""
         return (self.pool_capacity_bytes or {}).get(pool, self.capacity_bytes)

@@ -43,7 +43,7 @@ def _check_neighbours(harness: Harness, handle: Handle, damaged: str, what: str)
 
 
 class IntegrityTests:
-    """Needs a side channel (hooks or raw_store()/path_for()); corruption also needs verifies_integrity."""
+    """Needs a side channel (the conformance hooks); corruption also needs verifies_integrity."""
 
     category = "integrity"
 
