@@ -34,6 +34,10 @@ class StorageExistenceCache:
             return True
         return False
 
+    def holds(self, pool: str, page_hash: str) -> bool:
+        """Whether ``page_hash`` is believed stored, leaving its recency as it is."""
+        return (pool, page_hash) in self._entries
+
     def covers_all(self, pool: str, hashes: Iterable[str], extra_cover: Collection[str] = ()) -> bool:
         """Whether every hash is believed stored or is in ``extra_cover`` (e.g. writes in flight)."""
         return all(h in extra_cover or self.contains(pool, h) for h in hashes)

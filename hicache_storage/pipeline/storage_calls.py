@@ -42,9 +42,27 @@ class StorageCalls:
                 break
         return hit
 
-    def write_leading(self, hashes: Sequence[str], host_pages: Sequence[int]) -> int:
-        """Write pages from host slots; the length of the leading run acknowledged stored."""
-        return self._leading(self.storage.batch_set_v1, hashes, host_pages)
+    def write_each(self, hashes: Sequence[str], host_pages: Sequence[int]) -> list[bool]:
+        """Write pages from host slots, every batch of ``batch_pages`` whatever the others answer; a flag per page.
+
+        A page whose batch raised or answered out of shape reads ``False``. A hash listed twice is
+        written once (from its first slot) and both entries get its flag.
+        """
+        if len(set(hashes)) == len(hashes):
+            return self._each(self.storage.batch_set_v1, hashes, host_pages)
+        first: dict[str, int] = {}
+        keys: list[str] = []
+        pages: list[int] = []
+        where: list[int] = []
+        for page_hash, page in zip(hashes, host_pages, strict=True):
+            index = first.get(page_hash)
+            if index is None:
+                index = first[page_hash] = len(keys)
+                keys.append(page_hash)
+                pages.append(page)
+            where.append(index)
+        flags = self._each(self.storage.batch_set_v1, keys, pages)
+        return [flags[index] for index in where]
 
     def read_leading(self, hashes: Sequence[str], host_pages: Sequence[int]) -> int:
         """Read pages into host slots; the length of the leading run read successfully."""
@@ -68,6 +86,22 @@ class StorageCalls:
                     return done
                 done += 1
         return done
+
+    def _each(self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]) -> list[bool]:
+        flags: list[bool] = []
+        for begin in range(0, len(hashes), self.batch_pages):
+            keys = list(hashes[begin : begin + self.batch_pages])
+            indices = token_indices(host_pages[begin : begin + len(keys)], self.page_size)
+            try:
+                results = call(keys, indices)
+            except Exception:
+                results = None
+            if not isinstance(results, list) or len(results) != len(keys):
+                self.errors += 1
+                flags.extend([False] * len(keys))
+            else:
+                flags.extend(ok is True for ok in results)
+        return flags
 
 
 @dataclass(frozen=True)
