@@ -41,10 +41,7 @@ class HostStaging:
             for page in freed:
                 del self.retained_owner[page]
             self._metrics.add("retained_reclaimed_pages", len(freed))
-        tokens = self.pool.alloc(count * self.page_size, owner=owner)
-        if tokens is None:
-            return None
-        return [int(t) // self.page_size for t in tokens[:: self.page_size].tolist()]
+        return self.pool.alloc_pages(count, owner)
 
     def release(self, hashes: Sequence[str], pages: Sequence[int], owned: Sequence[bool], valid: int) -> None:
         """Give back an operation's pages: the first ``valid`` hold their hash's bytes.
@@ -75,4 +72,4 @@ class HostStaging:
 
     def _free(self, pages: Sequence[int]) -> None:
         if pages:
-            self.pool.free(token_indices(pages, self.page_size))
+            self.pool.release_pages(pages)
