@@ -162,12 +162,14 @@ class BackupStage(Stage):
         return page_hash in self.inflight_hashes or self.existence.contains(self.config.pool_name, page_hash)
 
     def _hold(self, hashes: list[str], delta: int) -> None:
+        held = self.inflight_hashes
+        get = held.get
         for page_hash in hashes:
-            count = self.inflight_hashes.get(page_hash, 0) + delta
+            count = get(page_hash, 0) + delta
             if count:
-                self.inflight_hashes[page_hash] = count
+                held[page_hash] = count
             else:
-                del self.inflight_hashes[page_hash]
+                del held[page_hash]
 
     # ------------------------------------------------------------ flush
     def budget_tokens(self, prefetch_occupied_tokens: int) -> int:

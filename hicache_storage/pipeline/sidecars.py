@@ -159,6 +159,9 @@ class Sidecars:
         """Write the parts of every operation of ``batch`` together: each sidecar's units of all of
         them in one ``batch_set_v2`` per batch of pages. Flags per operation, per sidecar (nothing recorded).
         """
+        if len(batch) == 1:  # one operation: its parts go out as they are
+            parts = batch[0]
+            return [self.storage.write_units(self._parts(parts)) if parts else {}]
         merged: dict[str, tuple[list[str], list[int]]] = {}
         for parts in batch:
             for name, units in parts.items():

@@ -49,6 +49,9 @@ class HostStaging:
         Owned valid pages are retained when a cache is configured (a hash retained already keeps
         its page), other owned pages are freed, and references on retained pages are dropped.
         """
+        if self.retained is None and all(owned):  # nothing to retain or dereference
+            self._free(pages)
+            return
         to_free: list[int] = []
         for position, (page_hash, page, own) in enumerate(zip(hashes, pages, owned, strict=True)):
             if not own:

@@ -100,7 +100,7 @@ class StorageCalls:
                 self.errors += 1
                 flags.extend([False] * len(keys))
             else:
-                flags.extend(ok is True for ok in results)
+                flags += [ok is True for ok in results]
         return flags
 
 
@@ -159,7 +159,8 @@ class MultiPoolCalls(StorageCalls):
                 self.errors += 1
                 break
             base = offset + low
-            lengths.extend(base + length for length in found if low + length > begin)
+            cut = begin - low
+            lengths += [base + length for length in found if length > cut]
             sparse = sparse or len(found) != (found[-1] if found else 0)
             for pool in pools:
                 hit = hits.get(pool.name, 0)
@@ -183,13 +184,14 @@ class MultiPoolCalls(StorageCalls):
     def _move_units(self, call: Callable[..., Any], parts: Sequence[PoolPart]) -> dict[str, list[bool]]:
         out: dict[str, list[bool]] = {part.name: [] for part in parts}
         longest = max((len(part.hashes) for part in parts), default=0)
-        for begin in range(0, longest, self.batch_pages):
+        step = self.batch_pages
+        for begin in range(0, longest, step):
             batch = [part for part in parts if len(part.hashes) > begin]
             transfers = [
                 PoolTransfer(
                     part.name,
-                    host_indices=token_indices(part.units[begin : begin + self.batch_pages], part.unit_tokens),
-                    keys=list(part.hashes[begin : begin + self.batch_pages]),
+                    host_indices=token_indices(part.units[begin : begin + step], part.unit_tokens),
+                    keys=list(part.hashes[begin : begin + step]),
                 )
                 for part in batch
             ]
@@ -216,6 +218,9 @@ def _flags(results: dict[Any, Any], name: str, count: int) -> list[bool] | None:
     return [flag is True for flag in flags]
 
 
+_KV = PoolName.KV.value
+
+
 def _exists_result(result: Any, keys: int) -> tuple[int, list[int], dict[str, int]]:
     """(KV run, restorable lengths, pool boundaries) of a ``PoolTransferResult``; raises on a malformed one."""
     kv_hit = result.kv_hit_pages
@@ -225,7 +230,10 @@ def _exists_result(result: Any, keys: int) -> tuple[int, list[int], dict[str, in
         raise TypeError(f"kv_hit_pages {kv_hit!r} is not a page count of {keys} keys")
     if found is None:  # a backend without sparse boundaries: a contiguous prefix
         found = list(range(1, kv_hit + 1))
-    lengths = [n for n in found if 0 < n <= keys]  # a non-number raises: the answer counts as an error
-    kv_run = int(hits.get(PoolName.KV.value, kv_hit))  # the KV pool is named only with a non-zero run
+    if found and found[0] > 0 and found[-1] <= keys and found == sorted(found):
+        lengths = list(found)  # ascending within range: the filter below would keep every one
+    else:
+        lengths = [n for n in found if 0 < n <= keys]  # a non-number raises: the answer counts as an error
+    kv_run = int(hits.get(_KV, kv_hit))  # the KV pool is named only with a non-zero run
     kv_run = min(max(kv_run, max(lengths, default=0)), keys)
     return kv_run, lengths, {pool_name_str(k): int(v) for k, v in hits.items()}
