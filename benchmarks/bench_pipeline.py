@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 import torch
+from machine import describe
 
 from hicache_storage import PoolTransferResult, load_backend, make_config, page_hashes
 from hicache_storage.pipeline import (
@@ -236,7 +237,7 @@ def main() -> None:
         )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=2)
+            json.dump({**results, "machine": describe()}, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.layout import payload_checksum
 from hicache_storage_slab.parallel import IoThreads
+from machine import describe
 
 from hicache_storage import make_config
 
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lines.append(f"  {name:<{width}}  " + "  ".join(cells))
     print("\n".join(lines))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({**result, "machine": describe()}, indent=2) + "\n")
     return result
 
 
