@@ -17,7 +17,7 @@ import torch
 
 from .errors import ConfigError, HostPoolError
 
-__all__ = ["LAYOUTS", "HostKVPool", "dtype_name", "parse_dtype"]
+__all__ = ["LAYOUTS", "HostKVPool", "dtype_name", "parse_dtype", "take_pages"]
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 
@@ -40,6 +40,19 @@ def parse_dtype(value: str | torch.dtype) -> torch.dtype:
     if name not in _DTYPES:
         raise ConfigError("dtype", f"unknown dtype {value!r}; expected one of {sorted(_DTYPES)}")
     return _DTYPES[name]
+
+
+def take_pages(free: list[int], count: int) -> list[int] | None:
+    """Pop ``count`` pages off the end of a free list (the order :meth:`list.pop` gives), or ``None`` if short."""
+    if count > len(free):
+        return None
+    if count == len(free):
+        pages = free[::-1]
+        free.clear()
+    else:
+        pages = free[: len(free) - count - 1 : -1]
+        del free[len(free) - count :]
+    return pages
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -249,16 +262,9 @@ class HostKVPool:
     def alloc_pages(self, count: int, owner: object = None) -> list[int] | None:
         """Allocate ``count`` pages as page numbers (what :meth:`alloc` hands out), or ``None`` if full."""
         with self._lock:
-            free = self._free_pages
-            if count > len(free):
-                return None
-            if count == len(free):
-                pages = free[::-1]
-                free.clear()
-            else:
-                pages = free[: len(free) - count - 1 : -1]
-                del free[len(free) - count :]
-            self._owners.update(dict.fromkeys(pages, owner))
+            pages = take_pages(self._free_pages, count)
+            if pages is not None:
+                self._owners.update(dict.fromkeys(pages, owner))
         return pages
 
     def free(self, indices: Sequence[int] | torch.Tensor) -> int:

@@ -10,7 +10,7 @@ import torch
 from typing_extensions import TypedDict, Unpack
 
 from ..errors import ConfigError, HostPoolError
-from ..host_pool import HostKVPool
+from ..host_pool import HostKVPool, take_pages
 
 __all__ = [
     "DeviceKVPool",
@@ -95,16 +95,9 @@ class PageAllocator:
 
     def alloc_pages(self, count: int, owner: object = None) -> list[int] | None:
         """Page numbers of ``count`` whole pages (what :meth:`alloc` hands out), or ``None`` when too few are free."""
-        free = self._free
-        if count > len(free):
-            return None
-        if count == len(free):
-            pages = free[::-1]
-            free.clear()
-        else:
-            pages = free[: len(free) - count - 1 : -1]
-            del free[len(free) - count :]
-        self._owners.update(dict.fromkeys(pages, owner))
+        pages = take_pages(self._free, count)
+        if pages is not None:
+            self._owners.update(dict.fromkeys(pages, owner))
         return pages
 
     def free(self, indices: Sequence[int] | torch.Tensor) -> int:

@@ -6,7 +6,7 @@ batch calls must not raise) counts as a miss or a failed write and is counted in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,25 +70,20 @@ class StorageCalls:
 
     def _leading(self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]) -> int:
         done = 0
-        for begin in range(0, len(hashes), self.batch_pages):
-            keys = list(hashes[begin : begin + self.batch_pages])
-            indices = token_indices(host_pages[begin : begin + len(keys)], self.page_size)
-            try:
-                results = call(keys, indices)
-            except Exception:
-                self.errors += 1
-                return done
-            if not isinstance(results, list) or len(results) != len(keys):
-                self.errors += 1
-                return done
-            for ok in results:
-                if ok is not True:
+        for flags in self._batches(call, hashes, host_pages):
+            for ok in flags:
+                if not ok:
                     return done
                 done += 1
         return done
 
     def _each(self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]) -> list[bool]:
-        flags: list[bool] = []
+        return [ok for flags in self._batches(call, hashes, host_pages) for ok in flags]
+
+    def _batches(
+        self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]
+    ) -> Iterator[list[bool]]:
+        """``call`` on each batch of ``batch_pages`` pages, lazily; a flag per page (all ``False`` if it erred)."""
         for begin in range(0, len(hashes), self.batch_pages):
             keys = list(hashes[begin : begin + self.batch_pages])
             indices = token_indices(host_pages[begin : begin + len(keys)], self.page_size)
@@ -98,10 +93,9 @@ class StorageCalls:
                 results = None
             if not isinstance(results, list) or len(results) != len(keys):
                 self.errors += 1
-                flags.extend([False] * len(keys))
+                yield [False] * len(keys)
             else:
-                flags += [ok is True for ok in results]
-        return flags
+                yield [ok is True for ok in results]
 
 
 @dataclass(frozen=True)
