@@ -110,16 +110,19 @@ class BackupStage(Stage):
                 continue
             positions = list(item.component.backup_positions(0, len(hashes)))
             device = item.component.device_units(indices, len(positions), f"span {span.span_id!r}")
+            wanted = [hashes[position] for position in positions]
             keep = [
                 i
-                for i, position in enumerate(positions)
-                if hashes[position] not in item.inflight and not self.existence.contains(item.name, hashes[position])
+                for i, page_hash in enumerate(wanted)
+                if page_hash not in item.inflight and not self.existence.contains(item.name, page_hash)
             ]
             item.row["units_offered"] += len(positions)
             item.row["units_skipped"] += len(positions) - len(keep)
-            if keep:
+            if len(keep) == len(positions):
+                found[item.name] = Units(positions, wanted, device)
+            elif keep:
                 found[item.name] = Units(
-                    [positions[i] for i in keep], [hashes[positions[i]] for i in keep], [device[i] for i in keep]
+                    [positions[i] for i in keep], [wanted[i] for i in keep], [device[i] for i in keep]
                 )
         return found
 

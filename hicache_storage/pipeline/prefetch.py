@@ -122,14 +122,13 @@ class PrefetchStage(Stage):
         new_start = self._splice_pages(splice_point)
         if device_pages is not None:
             self._check_device_pages(request_id, device_pages)
-        empty = Admission(request_id, splice_point, (), torch.empty(0, dtype=torch.int64))
         load = self.active.get(request_id)
         if load is None:
-            return empty
+            return _nothing(request_id, splice_point)
         if load.state is not PrefetchState.STAGED:
             self._end(load, PrefetchState.ADMITTED)
             self.log("admit", request_id, 0)
-            return empty
+            return _nothing(request_id, splice_point)
         skip = new_start - load.start
         use = 0 if skip < 0 else max(0, len(load.pages) - skip)
         side_devices: dict[str, torch.Tensor] = {}
@@ -456,3 +455,8 @@ class PrefetchStage(Stage):
         if splice_point % self.page_size:
             raise InvalidRequestError(f"splice_point {splice_point} is not a multiple of page_size={self.page_size}")
         return splice_point // self.page_size
+
+
+def _nothing(request_id: str, splice_point: int) -> Admission:
+    """An admission that loaded no page."""
+    return Admission(request_id, splice_point, (), torch.empty(0, dtype=torch.int64))
