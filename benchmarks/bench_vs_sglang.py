@@ -71,6 +71,8 @@ COMPARISONS = (
     ("mooncake zero-copy", "MooncakeStore", "mooncake"),
     ("mooncake generic", "MooncakeStore", "mooncake"),
 )
+#: The objects ``MooncakeStore.warmup`` writes at start-up (``sglang_mooncake_store_warmup_key`` + a uuid).
+WARMUP_KEYS = "^sglang_mooncake_store_warmup_key[0-9a-f]{32}$"
 #: Modules SGLang's ``mooncake_store`` imports for class names only, and the names it takes.
 MOONCAKE_TYPE_IMPORTS = {
     "sglang.srt.mem_cache.pool_host": ("HostKVCache", "HostTensorAllocator"),
@@ -97,7 +99,10 @@ def stand_in_type_imports() -> dict[str, str]:
     """Empty stand-ins for MooncakeStore's type-only imports that fail here; module -> the import error."""
     replaced: dict[str, str] = {}
     for module, names in MOONCAKE_TYPE_IMPORTS.items():
+        package = module.rsplit(".", 1)[0]
         try:
+            if package in replaced:  # below a stand-in: it cannot import for the package's reason
+                raise ImportError(f"its package does not import ({replaced[package]})")
             importlib.import_module(module)
         except Exception as exc:
             stand_in = types.ModuleType(module)
@@ -143,11 +148,9 @@ def file_sides(controllers: Any, pool: HostKVPool, workdir: str, batch: int) -> 
         attach(controllers, "HiCacheFile", "file", {"file_storage_path": directory("hicache")}, pool, group="file")
     ]
     sides[0].remove = lambda keys, backend=sides[0].backend: backend.clear()
-    slab_bytes = 4 * batch * (pool.bytes_per_page + 4096) + (16 << 20)  # room for a few batches
-    for backend_name, options in (
-        ("file", {}),
-        ("slab", {"capacity_bytes": slab_bytes, "file_bytes": slab_bytes}),
-    ):
+    # A slab is set-associative: with room for 16 batches, no key of a batch evicts another of it.
+    slab_bytes = max(1 << 30, 16 * batch * (pool.bytes_per_page + 4096))
+    for backend_name, options in (("file", {}), ("slab", {"capacity_bytes": slab_bytes})):
         for path_name, interface_v1 in (("zero-copy", 1), ("generic", 0)):
             name = f"{backend_name} {path_name}"
             extra = extra_config_for(
@@ -182,7 +185,9 @@ def mooncake_sides(controllers: Any, pool: HostKVPool) -> tuple[list[Side], dict
     }
     pool.get_ksize_per_token = lambda: pool.size_per_token // 2  # type: ignore[attr-defined]  # K half of MHA
     store_side = attach(controllers, "MooncakeStore", "mooncake", theirs, pool, group="mooncake")
-    store_side.remove = lambda keys, store=store_side.backend.store: store.remove_by_regex(f"^{tag}_")
+    store = store_side.backend.store
+    store.remove_by_regex(WARMUP_KEYS, True)  # the 4 KB object each MooncakeStore writes at start-up and leaves
+    store_side.remove = lambda keys: store.remove_by_regex(f"^{tag}_", True)  # force: reads leave leases
     sides = [store_side]
     ours = {"master_server_address": master, "metadata_server": metadata, "global_segment_size": 0}
     for path_name, interface_v1 in (("zero-copy", 1), ("generic", 0)):
@@ -208,20 +213,22 @@ def run_side(side: Side, pool: HostKVPool, batch: int) -> None:
     pool.kv_buffer[:, batch * PAGE_SIZE :].zero_()  # page_first: (K/V, tokens, layers, heads, dims)
     operation = SimpleNamespace(request_id=f"bench-{side.name}", is_terminated=lambda: False)
     controller = side.controller
-    begin = time.perf_counter()
-    stored = controller.page_set_func(keys, source, HiCacheStorageExtraInfo(prefix_keys=None))
-    written = time.perf_counter()
-    read = controller.page_get_func(operation, keys, target, HiCacheStorageExtraInfo(prefix_keys=None))
-    done = time.perf_counter()
-    if not stored or read != batch:
-        raise SystemExit(f"{side.name}: wrote {stored}, read {read} of {batch} pages")
-    sent = pool.kv_buffer[:, : batch * PAGE_SIZE].view(torch.int16)  # bit patterns: NaNs compare equal
-    got = pool.kv_buffer[:, batch * PAGE_SIZE : 2 * batch * PAGE_SIZE].view(torch.int16)
-    if not torch.equal(sent, got):
-        raise SystemExit(f"{side.name}: pages came back with other bytes")
+    try:
+        begin = time.perf_counter()
+        stored = controller.page_set_func(keys, source, HiCacheStorageExtraInfo(prefix_keys=None))
+        written = time.perf_counter()
+        read = controller.page_get_func(operation, keys, target, HiCacheStorageExtraInfo(prefix_keys=None))
+        done = time.perf_counter()
+        if not stored or read != batch:
+            raise SystemExit(f"{side.name}: wrote {stored}, read {read} of {batch} pages")
+        sent = pool.kv_buffer[:, : batch * PAGE_SIZE].view(torch.int16)  # bit patterns: NaNs compare equal
+        got = pool.kv_buffer[:, batch * PAGE_SIZE : 2 * batch * PAGE_SIZE].view(torch.int16)
+        if not torch.equal(sent, got):
+            raise SystemExit(f"{side.name}: pages came back with other bytes")
+    finally:
+        side.remove(keys)  # a failed repetition's pages too
     side.write_s.append(written - begin)
     side.read_s.append(done - written)
-    side.remove(keys)
 
 
 def summary(values: list[float]) -> dict[str, float]:
