@@ -27,6 +27,7 @@ import torch
 from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_file import FileBackend
 from hicache_storage_file.raw_baseline import RawFiles
+from machine import describe
 
 from hicache_storage import HiCacheStorage, make_config
 
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"  ratio ours/raw {result['ratio_read']:.3f}"
     )
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({**result, "machine": describe()}, indent=2) + "\n")
     return result
 
 

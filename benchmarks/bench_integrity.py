@@ -26,6 +26,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from machine import describe
+
 from hicache_storage.plugin.page_format import RecordCodec, checksum
 
 PAGE_BYTES = 512 << 10
@@ -103,7 +105,15 @@ def main(argv: list[str]) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(
-                {"page_bytes": PAGE_BYTES, "pages": args.pages, "rounds": args.rounds, "rows": rows}, out, indent=2
+                {
+                    "page_bytes": PAGE_BYTES,
+                    "pages": args.pages,
+                    "rounds": args.rounds,
+                    "rows": rows,
+                    "machine": describe(),
+                },
+                out,
+                indent=2,
             )
             out.write("\n")
     return 0

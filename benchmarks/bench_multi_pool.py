@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from disk_pages import PAGE_SIZE, make_pool
+from machine import describe
 
 from hicache_storage import HiCacheStorage, PoolHitPolicy, PoolTransfer, load_backend, make_config
 from hicache_storage.testing import random_keys
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             print(f"{row['backend']:6} batch {row['batch']}: " + "  ".join(cells))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(rows, out, indent=2)
+            json.dump({"rows": rows, "machine": describe()}, out, indent=2)
     return rows
 
 

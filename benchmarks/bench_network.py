@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import describe
 
 from hicache_storage import HiCacheStorage, HostKVPool, load_backend, make_config
 
@@ -301,7 +302,7 @@ def main() -> int:
             section.backend.close()
             section.close()
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps(rows, indent=2))
+        Path(args.json_path).write_text(json.dumps({"rows": rows, "machine": describe()}, indent=2))
     return 0
 
 

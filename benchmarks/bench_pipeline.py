@@ -9,6 +9,8 @@
    - the same stub with a SWA component (window of 2 pages) and a Mamba component (one state per
      span) beside KV, interleaved with the KV-only stub runs; the figure is per KV page and the
      ratio is hybrid / KV-only of the same repetition (median over repetitions).
+   Each timed loop starts after a full garbage collection, so a collection owed by earlier work
+   (imports, the previous runs) is not charged to it; collections the loop itself causes are.
 2. Staging copy throughput: ``CopyEngine`` device→host copies against ``torch.index_select`` of the
    same pages in the same run (as a plain call, which allocates its output, and into a buffer
    allocated once), for pages laid out back to back (what the allocators hand out) and for
@@ -20,12 +22,14 @@ Usage: ``python benchmarks/bench_pipeline.py [--reps 7] [--cycles 200] [--json o
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
 from typing import Any
 
 import torch
+from machine import describe
 
 from hicache_storage import PoolTransferResult, load_backend, make_config, page_hashes
 from hicache_storage.pipeline import (
@@ -121,6 +125,7 @@ def bookkeeping(cycles: int, backend: str) -> dict[str, float]:
         pipe.poll_prefetches()
 
     cycle(cycles)  # warm-up on the spare span
+    gc.collect()  # no collection owed by earlier work (imports, other runs) lands in the timed loop
     before = _storage_seconds(pipe)
     begin = time.perf_counter()
     for number in range(cycles):
@@ -232,7 +237,7 @@ def main() -> None:
         )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=2)
+            json.dump({**results, "machine": describe()}, handle, indent=2)
 
 
 if __name__ == "__main__":

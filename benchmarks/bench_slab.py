@@ -57,6 +57,7 @@ from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_file import FileBackend
 from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.raw_baseline import RawSlab
+from machine import describe
 
 from hicache_storage import HiCacheStorage, HostKVPool, make_config
 from hicache_storage.plugin.page_format import HEADER_SIZE as FILE_HEADER_BYTES
@@ -368,7 +369,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lines.append(f"  sglang side skipped: {info['sglang_skipped']}")
     print("\n".join(lines))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({**result, "machine": describe()}, indent=2) + "\n")
     return result
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine import describe
 
 from hicache_storage import HiCacheStorage, HostKVPool, load_backend, make_config
 
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        args.json.write_text(json.dumps({"rows": results, "machine": describe()}, indent=2) + "\n")
     return 1 if failed else 0
 
 

@@ -38,6 +38,7 @@ import torch
 from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.layout import payload_checksum
+from machine import describe
 
 from hicache_storage import HiCacheStorage, make_config
 from hicache_storage.plugin.io_threads import IoThreads
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lines.append(f"  {name:<{width}}  " + "  ".join(cells))
     print("\n".join(lines))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({**result, "machine": describe()}, indent=2) + "\n")
     return result
 
 

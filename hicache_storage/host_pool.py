@@ -17,7 +17,7 @@ import torch
 
 from .errors import ConfigError, HostPoolError
 
-__all__ = ["LAYOUTS", "HostKVPool", "dtype_name", "parse_dtype"]
+__all__ = ["LAYOUTS", "HostKVPool", "dtype_name", "parse_dtype", "take_pages"]
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 
@@ -40,6 +40,19 @@ def parse_dtype(value: str | torch.dtype) -> torch.dtype:
     if name not in _DTYPES:
         raise ConfigError("dtype", f"unknown dtype {value!r}; expected one of {sorted(_DTYPES)}")
     return _DTYPES[name]
+
+
+def take_pages(free: list[int], count: int) -> list[int] | None:
+    """Pop ``count`` pages off the end of a free list (the order :meth:`list.pop` gives), or ``None`` if short."""
+    if count > len(free):
+        return None
+    if count == len(free):
+        pages = free[::-1]
+        free.clear()
+    else:
+        pages = free[: len(free) - count - 1 : -1]
+        del free[len(free) - count :]
+    return pages
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -238,33 +251,44 @@ class HostKVPool:
         """Allocate ``num_tokens`` (a multiple of ``page_size``) as token indices, or ``None`` if full."""
         if num_tokens < 0 or num_tokens % self.page_size:
             raise HostPoolError(f"alloc({num_tokens}): expected a non-negative multiple of page_size={self.page_size}")
-        count = num_tokens // self.page_size
-        with self._lock:
-            if count > len(self._free_pages):
-                return None
-            pages = [self._free_pages.pop() for _ in range(count)]
-            for page in pages:
-                self._owners[page] = owner
-        offsets = torch.arange(self.page_size, dtype=torch.int64)
+        pages = self.alloc_pages(num_tokens // self.page_size, owner)
+        if pages is None:
+            return None
         if not pages:
             return torch.empty(0, dtype=torch.int64)
+        offsets = torch.arange(self.page_size, dtype=torch.int64)
         return (torch.tensor(pages, dtype=torch.int64)[:, None] * self.page_size + offsets).reshape(-1)
+
+    def alloc_pages(self, count: int, owner: object = None) -> list[int] | None:
+        """Allocate ``count`` pages as page numbers (what :meth:`alloc` hands out), or ``None`` if full."""
+        with self._lock:
+            pages = take_pages(self._free_pages, count)
+            if pages is not None:
+                self._owners.update(dict.fromkeys(pages, owner))
+        return pages
 
     def free(self, indices: Sequence[int] | torch.Tensor) -> int:
         """Return the pages of ``indices`` (token indices) to the pool; returns tokens freed.
 
         Freeing a page that is not allocated raises :class:`HostPoolError` and frees nothing.
         """
-        pages = [self._page_number(start) for start in self.page_starts(indices)]
+        return self.release_pages([self._page_number(start) for start in self.page_starts(indices)])
+
+    def release_pages(self, pages: Sequence[int]) -> int:
+        """Return pages by page number (what :meth:`alloc_pages` handed out); returns tokens freed.
+
+        Freeing a page that is not allocated, or one page twice, raises :class:`HostPoolError` and frees nothing.
+        """
         with self._lock:
+            owners = self._owners
             if len(set(pages)) != len(pages):
-                raise HostPoolError(f"free(): the same page appears twice in one call: {pages}")
-            unowned = [page for page in pages if page not in self._owners]
+                raise HostPoolError(f"free(): the same page appears twice in one call: {list(pages)}")
+            unowned = [page for page in pages if page not in owners]
             if unowned:
                 raise HostPoolError(f"free(): pages {unowned} are not allocated (double free?)")
-            for page in reversed(pages):  # so the next alloc hands them out in ascending order
-                del self._owners[page]
-                self._free_pages.append(page)
+            for page in pages:
+                del owners[page]
+            self._free_pages.extend(reversed(pages))  # so the next alloc hands them out in ascending order
         return len(pages) * self.page_size
 
     def owner_of(self, token_index: int) -> object:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Opt-in tests against the released SGLang: runs the adapter inside SGLang's own storage backend
-# factory and SGLang's HiCacheFile through the conformance suite (pytest tests/integrations -m sglang).
+# factory and SGLang's HiCacheFile through the conformance suite, and runs benchmarks/bench_vs_sglang.py
+# on a few pages (pytest -m sglang tests/integrations tests/benchmarks).
 #
 # sglang==0.5.23 is installed without its dependencies (the full server needs CUDA, transformers,
 # ...) into a directory inside the virtual environment that only this target puts on PYTHONPATH,
@@ -108,6 +109,6 @@ PYEOF
   sha256sum "$0" | cut -d" " -f1 > "$OVERLAY/.complete"
 fi
 
-echo "[sglang-test] pytest tests/integrations -m sglang" >&2
+echo "[sglang-test] pytest tests/integrations tests/benchmarks -m sglang" >&2
 # The packages are installed: a module that fails to import is a set-up bug, so nothing may skip for it.
-HICACHE_SGLANG_REQUIRED=1 PYTHONPATH="$OVERLAY${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -m sglang tests/integrations "$@"
+HICACHE_SGLANG_REQUIRED=1 PYTHONPATH="$OVERLAY${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -m sglang tests/integrations tests/benchmarks "$@"

@@ -1,9 +1,11 @@
 """Backup path: admission gates, the FIFO of intents, and the per-tick flush to storage.
 
-With sidecar components, each intent also carries, per sidecar, the units its component's rule
-asks for (SWA: the span's trailing window; Mamba: the state at the span's end). They are staged
-with the KV pages of the same tick and written in one ``batch_set_v2`` per batch before the KV
-pages go out with ``batch_set_v1``, as SGLang's hybrid controller writes them.
+The intents a tick flushes are written together: their KV pages in one ``batch_set_v1`` per
+batch of pages, then settled one by one as if each had been written alone. With sidecar
+components, each intent also carries, per sidecar, the units its component's rule asks for (SWA:
+the span's trailing window; Mamba: the state at the span's end). They are staged with the KV
+pages of the same tick and the flush's units are written in one ``batch_set_v2`` per batch before
+the KV pages go out, as SGLang's hybrid controller orders them.
 """
 
 from __future__ import annotations
@@ -108,16 +110,19 @@ class BackupStage(Stage):
                 continue
             positions = list(item.component.backup_positions(0, len(hashes)))
             device = item.component.device_units(indices, len(positions), f"span {span.span_id!r}")
+            wanted = [hashes[position] for position in positions]
             keep = [
                 i
-                for i, position in enumerate(positions)
-                if hashes[position] not in item.inflight and not self.existence.contains(item.name, hashes[position])
+                for i, page_hash in enumerate(wanted)
+                if page_hash not in item.inflight and not self.existence.contains(item.name, page_hash)
             ]
             item.row["units_offered"] += len(positions)
             item.row["units_skipped"] += len(positions) - len(keep)
-            if keep:
+            if len(keep) == len(positions):
+                found[item.name] = Units(positions, wanted, device)
+            elif keep:
                 found[item.name] = Units(
-                    [positions[i] for i in keep], [hashes[positions[i]] for i in keep], [device[i] for i in keep]
+                    [positions[i] for i in keep], [wanted[i] for i in keep], [device[i] for i in keep]
                 )
         return found
 
@@ -160,12 +165,14 @@ class BackupStage(Stage):
         return page_hash in self.inflight_hashes or self.existence.contains(self.config.pool_name, page_hash)
 
     def _hold(self, hashes: list[str], delta: int) -> None:
+        held = self.inflight_hashes
+        get = held.get
         for page_hash in hashes:
-            count = self.inflight_hashes.get(page_hash, 0) + delta
+            count = get(page_hash, 0) + delta
             if count:
-                self.inflight_hashes[page_hash] = count
+                held[page_hash] = count
             else:
-                del self.inflight_hashes[page_hash]
+                del held[page_hash]
 
     # ------------------------------------------------------------ flush
     def budget_tokens(self, prefetch_occupied_tokens: int) -> int:
@@ -208,33 +215,83 @@ class BackupStage(Stage):
         self.sidecars.to_host([intent.sidecars for intent, _ in batch])
         self.metrics.observe("device_to_host", self.clock() - now)
         self.metrics.add("bytes_device_to_host", used // self.page_size * self.page_bytes)
-        for intent, host_pages in batch:
-            self._write(intent, host_pages)
+        self._write(batch)
         return len(batch)
 
-    def _write(self, intent: _Intent, host_pages: list[int]) -> None:
-        hashes = intent.hashes[: intent.pages] if intent.pages else []
-        owned = [True] * len(hashes)
-        if intent.pages and intent.parent_hash is not None and not self._hash_covered(intent.parent_hash):
-            # The parent's write failed after this span was admitted: writing it would leave a hole.
-            self.staging.release(hashes, host_pages, owned, 0)
-            self.sidecars.release(intent.sidecars)
-            self.metrics.drop("parent", intent.pages * self.page_size)
-            self._finish(intent, "dropped_parent", 0, {})
-            return
+    def _write(self, batch: list[tuple[_Intent, list[int]]]) -> None:
+        """Write the batch's KV pages and sidecar units together, then settle each intent in FIFO order.
+
+        Every sidecar unit goes out in one ``batch_set_v2`` per ``storage_batch_pages`` units, then
+        every KV page in one ``batch_set_v1`` per ``storage_batch_pages`` pages. An intent is left
+        out when its parent would be uncovered even if every earlier write of the batch succeeded.
+        Settling runs the checks and records of writing the intents one by one, in the same order
+        and on the same answers: an intent whose parent's write failed in the same call is dropped
+        (its pages were sent but are not believed) and each intent believes its leading stored run.
+        """
+        sent = self._sendable(batch)
+        chosen = [intent for (intent, _), send in zip(batch, sent, strict=True) if send]
         begin = self.clock()
-        side = self.sidecars.write(intent.sidecars) if intent.sidecars else {}
+        side = iter(self.sidecars.write([i.sidecars for i in chosen if i.sidecars]))
+        hashes = [h for i in chosen if i.pages for h in i.hashes[: i.pages]]
+        pages = [p for (_, host), send in zip(batch, sent, strict=True) if send for p in host]
+        kv_flags = self.storage.write_each(hashes, pages) if hashes else []
+        self.metrics.observe("write", self.clock() - begin)
+        offset = 0
+        for (intent, host_pages), send in zip(batch, sent, strict=True):
+            if not send:  # its parent is uncovered now too (and checking it would change no belief)
+                self._drop_child(intent, host_pages)
+                continue
+            side_flags = next(side) if intent.sidecars else {}
+            self._settle(intent, host_pages, kv_flags[offset : offset + intent.pages], side_flags)
+            offset += intent.pages
+
+    def _sendable(self, batch: list[tuple[_Intent, list[int]]]) -> list[bool]:
+        """Per intent: whether its parent is covered if every earlier write of the batch succeeds.
+
+        Reads beliefs without refreshing them, so the settling checks see the recency they would
+        have seen had the intents been written one by one.
+        """
+        pool = self.config.pool_name
+        written: set[str] = set()  # KV pages sent by earlier intents of the batch
+        released: dict[str, int] = {}  # in-flight holds of earlier intents left out
+        sent: list[bool] = []
+        for intent, _ in batch:
+            hashes = intent.hashes[: intent.pages] if intent.pages else []
+            parent = intent.parent_hash
+            send = (
+                not intent.pages
+                or parent is None
+                or parent in written
+                or self.existence.holds(pool, parent)
+                or self.inflight_hashes.get(parent, 0) > released.get(parent, 0)
+            )
+            sent.append(send)
+            if send:
+                written.update(hashes)
+            else:
+                for page_hash in hashes:
+                    released[page_hash] = released.get(page_hash, 0) + 1
+        return sent
+
+    def _settle(
+        self, intent: _Intent, host_pages: list[int], kv_flags: list[bool], side_flags: dict[str, list[bool]]
+    ) -> None:
+        """Finish one intent of a written batch from its share of the calls' answers."""
+        if intent.pages and intent.parent_hash is not None and not self._hash_covered(intent.parent_hash):
+            self._drop_child(intent, host_pages)  # the parent's write failed in the same call
+            return
+        hashes = intent.hashes[: intent.pages] if intent.pages else []
+        side = self.sidecars.settle(intent.sidecars, side_flags) if intent.sidecars else {}
         if intent.pages:
-            stored = self.storage.write_leading(hashes, host_pages)
+            stored = kv_flags.index(False) if False in kv_flags else len(kv_flags)
             self.existence.record(self.config.pool_name, hashes[:stored])
         else:  # every KV page was already believed stored: only sidecar units were written
             stored = len(intent.hashes)
-        self.metrics.observe("write", self.clock() - begin)
         written = stored if intent.pages else 0
         self.metrics.add("bytes_written", written * self.page_bytes)
         self.metrics.add("backup_stored_tokens", written * self.page_size)
         self.metrics.add("backup_failed_tokens", (len(hashes) - written) * self.page_size)
-        self.staging.release(hashes, host_pages, owned, written)
+        self.staging.release(hashes, host_pages, [True] * len(hashes), written)
         self.sidecars.release(intent.sidecars)
         complete = all(side.get(name, 0) == len(units) for name, units in intent.sidecars.items())
         if stored == len(intent.hashes) and complete:
@@ -244,6 +301,13 @@ class BackupStage(Stage):
         else:
             status = "failed"
         self._finish(intent, status, stored, side)
+
+    def _drop_child(self, intent: _Intent, host_pages: list[int]) -> None:
+        """Release an intent whose parent's write failed after it was admitted: it would hang off a hole."""
+        self.staging.release(intent.hashes[: intent.pages], host_pages, [True] * intent.pages, 0)
+        self.sidecars.release(intent.sidecars)
+        self.metrics.drop("parent", intent.pages * self.page_size)
+        self._finish(intent, "dropped_parent", 0, {})
 
     def _finish(self, intent: _Intent, status: str, stored: int, side: dict[str, int]) -> None:
         self._hold(intent.hashes[: intent.pages] if intent.pages else [], -1)

@@ -10,7 +10,7 @@ import torch
 from typing_extensions import TypedDict, Unpack
 
 from ..errors import ConfigError, HostPoolError
-from ..host_pool import HostKVPool
+from ..host_pool import HostKVPool, take_pages
 
 __all__ = [
     "DeviceKVPool",
@@ -90,13 +90,15 @@ class PageAllocator:
         """Token indices of ``num_tokens // page_size`` whole pages, or ``None`` when too few are free."""
         if num_tokens < 0 or num_tokens % self.page_size:
             raise HostPoolError(f"alloc({num_tokens}): expected a non-negative multiple of page_size={self.page_size}")
-        count = num_tokens // self.page_size
-        if count > len(self._free):
-            return None
-        pages = [self._free.pop() for _ in range(count)]
-        for page in pages:
-            self._owners[page] = owner
-        return pages_to_tokens(pages, self.page_size)
+        pages = self.alloc_pages(num_tokens // self.page_size, owner)
+        return None if pages is None else pages_to_tokens(pages, self.page_size)
+
+    def alloc_pages(self, count: int, owner: object = None) -> list[int] | None:
+        """Page numbers of ``count`` whole pages (what :meth:`alloc` hands out), or ``None`` when too few are free."""
+        pages = take_pages(self._free, count)
+        if pages is not None:
+            self._owners.update(dict.fromkeys(pages, owner))
+        return pages
 
     def free(self, indices: Sequence[int] | torch.Tensor) -> int:
         """Return the pages of ``indices`` (token indices); raises :class:`HostPoolError` on a double free."""

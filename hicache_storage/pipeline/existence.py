@@ -34,9 +34,21 @@ class StorageExistenceCache:
             return True
         return False
 
+    def holds(self, pool: str, page_hash: str) -> bool:
+        """Whether ``page_hash`` is believed stored, leaving its recency as it is."""
+        return (pool, page_hash) in self._entries
+
     def covers_all(self, pool: str, hashes: Iterable[str], extra_cover: Collection[str] = ()) -> bool:
         """Whether every hash is believed stored or is in ``extra_cover`` (e.g. writes in flight)."""
-        return all(h in extra_cover or self.contains(pool, h) for h in hashes)
+        entries = self._entries
+        for page_hash in hashes:
+            if page_hash in extra_cover:
+                continue
+            key = (pool, page_hash)
+            if key not in entries:
+                return False
+            entries.move_to_end(key)
+        return True
 
     def record(self, pool: str, hashes: Iterable[str]) -> None:
         """Believe ``hashes`` stored; the least recently used beliefs beyond capacity are forgotten."""

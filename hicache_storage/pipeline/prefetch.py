@@ -122,14 +122,13 @@ class PrefetchStage(Stage):
         new_start = self._splice_pages(splice_point)
         if device_pages is not None:
             self._check_device_pages(request_id, device_pages)
-        empty = Admission(request_id, splice_point, (), torch.empty(0, dtype=torch.int64))
         load = self.active.get(request_id)
         if load is None:
-            return empty
+            return _nothing(request_id, splice_point)
         if load.state is not PrefetchState.STAGED:
             self._end(load, PrefetchState.ADMITTED)
             self.log("admit", request_id, 0)
-            return empty
+            return _nothing(request_id, splice_point)
         skip = new_start - load.start
         use = 0 if skip < 0 else max(0, len(load.pages) - skip)
         side_devices: dict[str, torch.Tensor] = {}
@@ -146,44 +145,36 @@ class PrefetchStage(Stage):
         use = min(use, room)
         first = max(skip, 0)
         if device_pages is None:
-            device_tokens = self.device_pool.alloc(use * self.page_size, owner=request_id)
-            assert device_tokens is not None
-            targets = device_tokens[:: self.page_size].div(self.page_size, rounding_mode="floor").tolist()
+            allocated = self.device_pool.alloc_pages(use, owner=request_id)
+            assert allocated is not None
+            targets = allocated
         else:
             targets = list(device_pages[:use])
-            device_tokens = pages_to_tokens(targets, self.page_size)
+        device_tokens = pages_to_tokens(targets, self.page_size)
         now = self.clock()
         self.metrics.observe("staged_wait", now - load.staged_at)
-        keep = range(first, first + use)
-        handle = self.copier.host_to_device([load.pages[i] for i in keep], targets)
+        end = first + use  # pages [first, end) are loaded, the others discarded
+        pages = load.pages[first:end]
+        handle = self.copier.host_to_device(pages, targets)
         side_handles = self.sidecars.to_device(load.sidecars) if load.sidecars else []
         self.metrics.observe("host_to_device", self.clock() - now)
-        self.copies.append(
-            _Copy(
-                handle,
-                [load.hashes[i] for i in keep],
-                [load.pages[i] for i in keep],
-                [load.owned[i] for i in keep],
-                load.owner,
-                load.sidecars,
-                side_handles,
+        loaded = load.hashes[first:end]
+        self.copies.append(_Copy(handle, loaded, pages, load.owned[first:end], load.owner, load.sidecars, side_handles))
+        discard = len(load.pages) - use
+        if discard:
+            self.staging.release(
+                load.hashes[:first] + load.hashes[end:],
+                load.pages[:first] + load.pages[end:],
+                load.owned[:first] + load.owned[end:],
+                discard,
             )
-        )
-        loaded_hashes = tuple(load.hashes[i] for i in keep)
-        discard = [i for i in range(len(load.pages)) if i not in keep]
-        self.staging.release(
-            [load.hashes[i] for i in discard],
-            [load.pages[i] for i in discard],
-            [load.owned[i] for i in discard],
-            len(discard),
-        )
         self.metrics.add("prefetch_loaded_tokens", use * self.page_size)
-        self.metrics.add("prefetch_discarded_tokens", len(discard) * self.page_size)
+        self.metrics.add("prefetch_discarded_tokens", discard * self.page_size)
         self.metrics.add("bytes_host_to_device", use * self.page_bytes)
         load.hashes, load.pages, load.owned, load.sidecars = [], [], [], {}
         self._end(load, PrefetchState.ADMITTED)
         self.log("admit", request_id, use, *sorted(side_devices))
-        return Admission(request_id, splice_point, loaded_hashes, device_tokens, handle.event, side_devices)
+        return Admission(request_id, splice_point, tuple(loaded), device_tokens, handle.event, side_devices)
 
     def _check_device_pages(self, request_id: str, device_pages: Sequence[int]) -> None:
         """Raise :class:`InvalidRequestError` unless ``device_pages`` are distinct, allocated device pages."""
@@ -206,13 +197,13 @@ class PrefetchStage(Stage):
         taken: list[tuple[str, torch.Tensor]] = []
         for name, units in load.sidecars.items():
             component = self.sidecars.by_name[name].component
-            tokens = component.device.alloc(len(units) * component.unit_tokens, owner=request_id)
-            if tokens is None:
+            pages = component.device.alloc_pages(len(units), owner=request_id)
+            if pages is None:
                 for undo_name, undo in taken:
                     self.sidecars.by_name[undo_name].component.device.free(undo)
                 return None
-            taken.append((name, tokens))
-            units.device = component.unit_numbers(tokens)
+            taken.append((name, pages_to_tokens(pages, component.unit_tokens)))
+            units.device = pages
         return dict(taken)
 
     def abort(self, request_id: str) -> bool:
@@ -346,13 +337,18 @@ class PrefetchStage(Stage):
                 assert self.retained is not None
                 self.retained.release(hashes[position])
             return False
-        fresh_iter = iter(fresh)
-        pages = [refs[i] if i in refs else next(fresh_iter) for i in range(len(hashes))]
-        owned = [i not in refs for i in range(len(hashes))]
+        if refs:
+            fresh_iter = iter(fresh)
+            pages = [refs[i] if i in refs else next(fresh_iter) for i in range(len(hashes))]
+            owned = [i not in refs for i in range(len(hashes))]
+            read_positions: Sequence[int] = [i for i in range(len(hashes)) if owned[i]]
+            read_hashes, read_pages = [hashes[i] for i in read_positions], [pages[i] for i in read_positions]
+        else:  # every page is read into a fresh one
+            pages, owned, read_positions = fresh, [True] * len(hashes), range(len(hashes))
+            read_hashes, read_pages = hashes, pages
         load.hashes, load.pages, load.owned = hashes, pages, owned
         begin = self.clock()
-        read_positions = [i for i in range(len(hashes)) if owned[i]]
-        read = self.storage.read_leading([hashes[i] for i in read_positions], [pages[i] for i in read_positions])
+        read = self.storage.read_leading(read_hashes, read_pages)
         usable = read_positions[read] if read < len(read_positions) else len(hashes)
         if read < len(read_positions):
             self.existence.invalidate_beyond(self.config.pool_name, hashes, usable)
@@ -360,7 +356,7 @@ class PrefetchStage(Stage):
             usable = self._stage_sidecars(load, side, usable)
         self.metrics.observe("read", self.clock() - begin)
         self.metrics.add("bytes_read", read * self.page_bytes)
-        self.metrics.add("retained_hit_pages", sum(1 for i in range(usable) if not owned[i]))
+        self.metrics.add("retained_hit_pages", sum(1 for i in range(usable) if not owned[i]) if refs else 0)
         if usable < len(hashes):
             self.metrics.add("prefetch_read_failed_tokens", (len(hashes) - usable) * self.page_size)
             self.staging.release(hashes[usable:], pages[usable:], owned[usable:], 0)
@@ -384,12 +380,13 @@ class PrefetchStage(Stage):
         usable. Ranks then agree on the prefix end they all staged.
         """
         start = load.start
-        candidates = [end for end in load.restorable if end <= start + usable]
+        limit = start + usable
+        candidates = (end for end in reversed(load.restorable) if end <= limit)  # longest first
         end = start
         for _ in range(1 + _SIDECAR_FALLBACKS):
-            if not candidates:
+            target = next(candidates, None)
+            if target is None:
                 break
-            target = candidates.pop()
             if target != start + load.hit_pages:
                 side = self._replan(load, side, target)
             if self.sidecars.read(side):
@@ -458,3 +455,8 @@ class PrefetchStage(Stage):
         if splice_point % self.page_size:
             raise InvalidRequestError(f"splice_point {splice_point} is not a multiple of page_size={self.page_size}")
         return splice_point // self.page_size
+
+
+def _nothing(request_id: str, splice_point: int) -> Admission:
+    """An admission that loaded no page."""
+    return Admission(request_id, splice_point, (), torch.empty(0, dtype=torch.int64))

@@ -155,11 +155,38 @@ class Sidecars:
         return handles
 
     # ------------------------------------------------------------ storage
-    def write(self, parts: dict[str, Units]) -> dict[str, int]:
-        """Write every part in one ``batch_set_v2`` (per batch); record beliefs; units stored per sidecar."""
-        if not any(len(units) for units in parts.values()):
-            return {name: 0 for name in parts}
-        flags = self.storage.write_units(self._parts(parts))
+    def write(self, batch: Sequence[dict[str, Units]]) -> list[dict[str, list[bool]]]:
+        """Write the parts of every operation of ``batch`` together: each sidecar's units of all of
+        them in one ``batch_set_v2`` per batch of pages. Flags per operation, per sidecar (nothing recorded).
+        """
+        if len(batch) == 1:  # one operation: its parts go out as they are
+            parts = batch[0]
+            return [self.storage.write_units(self._parts(parts)) if parts else {}]
+        merged: dict[str, tuple[list[str], list[int]]] = {}
+        for parts in batch:
+            for name, units in parts.items():
+                hashes, host = merged.setdefault(name, ([], []))
+                hashes += units.hashes
+                host += units.host
+        pool_parts = [
+            PoolPart(name, self.by_name[name].component.unit_tokens, hashes, host)
+            for name, (hashes, host) in merged.items()
+            if hashes
+        ]
+        flags = self.storage.write_units(pool_parts) if pool_parts else {}
+        offsets = dict.fromkeys(merged, 0)
+        out: list[dict[str, list[bool]]] = []
+        for parts in batch:
+            mine: dict[str, list[bool]] = {}
+            for name, units in parts.items():
+                begin = offsets[name]
+                mine[name] = flags.get(name, [])[begin : begin + len(units)]
+                offsets[name] = begin + len(units)
+            out.append(mine)
+        return out
+
+    def settle(self, parts: dict[str, Units], flags: dict[str, list[bool]]) -> dict[str, int]:
+        """Record the beliefs and counters of one operation's written parts; units stored per sidecar."""
         stored: dict[str, int] = {}
         for name, units in parts.items():
             item = self.by_name[name]

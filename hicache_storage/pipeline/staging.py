@@ -41,10 +41,7 @@ class HostStaging:
             for page in freed:
                 del self.retained_owner[page]
             self._metrics.add("retained_reclaimed_pages", len(freed))
-        tokens = self.pool.alloc(count * self.page_size, owner=owner)
-        if tokens is None:
-            return None
-        return [int(t) // self.page_size for t in tokens[:: self.page_size].tolist()]
+        return self.pool.alloc_pages(count, owner)
 
     def release(self, hashes: Sequence[str], pages: Sequence[int], owned: Sequence[bool], valid: int) -> None:
         """Give back an operation's pages: the first ``valid`` hold their hash's bytes.
@@ -52,6 +49,9 @@ class HostStaging:
         Owned valid pages are retained when a cache is configured (a hash retained already keeps
         its page), other owned pages are freed, and references on retained pages are dropped.
         """
+        if self.retained is None and all(owned):  # nothing to retain or dereference
+            self._free(pages)
+            return
         to_free: list[int] = []
         for position, (page_hash, page, own) in enumerate(zip(hashes, pages, owned, strict=True)):
             if not own:
@@ -75,4 +75,4 @@ class HostStaging:
 
     def _free(self, pages: Sequence[int]) -> None:
         if pages:
-            self.pool.free(token_indices(pages, self.page_size))
+            self.pool.release_pages(pages)

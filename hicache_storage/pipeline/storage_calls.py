@@ -6,7 +6,7 @@ batch calls must not raise) counts as a miss or a failed write and is counted in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +42,27 @@ class StorageCalls:
                 break
         return hit
 
-    def write_leading(self, hashes: Sequence[str], host_pages: Sequence[int]) -> int:
-        """Write pages from host slots; the length of the leading run acknowledged stored."""
-        return self._leading(self.storage.batch_set_v1, hashes, host_pages)
+    def write_each(self, hashes: Sequence[str], host_pages: Sequence[int]) -> list[bool]:
+        """Write pages from host slots, every batch of ``batch_pages`` whatever the others answer; a flag per page.
+
+        A page whose batch raised or answered out of shape reads ``False``. A hash listed twice is
+        written once (from its first slot) and both entries get its flag.
+        """
+        if len(set(hashes)) == len(hashes):
+            return self._each(self.storage.batch_set_v1, hashes, host_pages)
+        first: dict[str, int] = {}
+        keys: list[str] = []
+        pages: list[int] = []
+        where: list[int] = []
+        for page_hash, page in zip(hashes, host_pages, strict=True):
+            index = first.get(page_hash)
+            if index is None:
+                index = first[page_hash] = len(keys)
+                keys.append(page_hash)
+                pages.append(page)
+            where.append(index)
+        flags = self._each(self.storage.batch_set_v1, keys, pages)
+        return [flags[index] for index in where]
 
     def read_leading(self, hashes: Sequence[str], host_pages: Sequence[int]) -> int:
         """Read pages into host slots; the length of the leading run read successfully."""
@@ -52,22 +70,32 @@ class StorageCalls:
 
     def _leading(self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]) -> int:
         done = 0
+        for flags in self._batches(call, hashes, host_pages):
+            for ok in flags:
+                if not ok:
+                    return done
+                done += 1
+        return done
+
+    def _each(self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]) -> list[bool]:
+        return [ok for flags in self._batches(call, hashes, host_pages) for ok in flags]
+
+    def _batches(
+        self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]
+    ) -> Iterator[list[bool]]:
+        """``call`` on each batch of ``batch_pages`` pages, lazily; a flag per page (all ``False`` if it erred)."""
         for begin in range(0, len(hashes), self.batch_pages):
             keys = list(hashes[begin : begin + self.batch_pages])
             indices = token_indices(host_pages[begin : begin + len(keys)], self.page_size)
             try:
                 results = call(keys, indices)
             except Exception:
-                self.errors += 1
-                return done
+                results = None
             if not isinstance(results, list) or len(results) != len(keys):
                 self.errors += 1
-                return done
-            for ok in results:
-                if ok is not True:
-                    return done
-                done += 1
-        return done
+                yield [False] * len(keys)
+            else:
+                yield [ok is True for ok in results]
 
 
 @dataclass(frozen=True)
@@ -125,7 +153,8 @@ class MultiPoolCalls(StorageCalls):
                 self.errors += 1
                 break
             base = offset + low
-            lengths.extend(base + length for length in found if low + length > begin)
+            cut = begin - low
+            lengths += [base + length for length in found if length > cut]
             sparse = sparse or len(found) != (found[-1] if found else 0)
             for pool in pools:
                 hit = hits.get(pool.name, 0)
@@ -149,13 +178,14 @@ class MultiPoolCalls(StorageCalls):
     def _move_units(self, call: Callable[..., Any], parts: Sequence[PoolPart]) -> dict[str, list[bool]]:
         out: dict[str, list[bool]] = {part.name: [] for part in parts}
         longest = max((len(part.hashes) for part in parts), default=0)
-        for begin in range(0, longest, self.batch_pages):
+        step = self.batch_pages
+        for begin in range(0, longest, step):
             batch = [part for part in parts if len(part.hashes) > begin]
             transfers = [
                 PoolTransfer(
                     part.name,
-                    host_indices=token_indices(part.units[begin : begin + self.batch_pages], part.unit_tokens),
-                    keys=list(part.hashes[begin : begin + self.batch_pages]),
+                    host_indices=token_indices(part.units[begin : begin + step], part.unit_tokens),
+                    keys=list(part.hashes[begin : begin + step]),
                 )
                 for part in batch
             ]
@@ -182,6 +212,9 @@ def _flags(results: dict[Any, Any], name: str, count: int) -> list[bool] | None:
     return [flag is True for flag in flags]
 
 
+_KV = PoolName.KV.value
+
+
 def _exists_result(result: Any, keys: int) -> tuple[int, list[int], dict[str, int]]:
     """(KV run, restorable lengths, pool boundaries) of a ``PoolTransferResult``; raises on a malformed one."""
     kv_hit = result.kv_hit_pages
@@ -191,7 +224,10 @@ def _exists_result(result: Any, keys: int) -> tuple[int, list[int], dict[str, in
         raise TypeError(f"kv_hit_pages {kv_hit!r} is not a page count of {keys} keys")
     if found is None:  # a backend without sparse boundaries: a contiguous prefix
         found = list(range(1, kv_hit + 1))
-    lengths = [n for n in found if 0 < n <= keys]  # a non-number raises: the answer counts as an error
-    kv_run = int(hits.get(PoolName.KV.value, kv_hit))  # the KV pool is named only with a non-zero run
+    if found and found[0] > 0 and found[-1] <= keys and found == sorted(found):
+        lengths = list(found)  # ascending within range: the filter below would keep every one
+    else:
+        lengths = [n for n in found if 0 < n <= keys]  # a non-number raises: the answer counts as an error
+    kv_run = int(hits.get(_KV, kv_hit))  # the KV pool is named only with a non-zero run
     kv_run = min(max(kv_run, max(lengths, default=0)), keys)
     return kv_run, lengths, {pool_name_str(k): int(v) for k, v in hits.items()}

@@ -135,10 +135,12 @@ def test_failed_write_records_only_the_leading_stored_run_and_drops_children() -
     pipe.tick()
     results = {r.span_id: (r.status, r.stored_pages) for r in pipe.poll_backups()}
     assert results == {1: ("partial", 2), 2: ("dropped_parent", 0), 3: ("dropped_parent", 0)}
-    # Page 3 was really written too (after the failed page), but only the leading run is believed.
+    # The spans went out in one call: the pages after the failed one were really written too, but
+    # only the leading run is believed.
+    assert backend.calls == [("write", 7)]
     assert pipe.existence.covers_all("kv", hashes[:2])
-    assert not pipe.existence.contains("kv", hashes[3])
-    assert backend.stored_bare() == {hashes[0], hashes[1], hashes[3]}
+    assert not any(pipe.existence.contains("kv", h) for h in hashes[2:])
+    assert backend.stored_bare() == set(hashes) - {hashes[2]}
     assert pipe.metrics.as_dict()["backup_dropped_tokens"]["parent"] == 3 * PAGE_SIZE
     pipe.check_invariants()
     assert pipe.host_pool.used_pages == 0 and pipe.backlog_tokens == 0
@@ -148,6 +150,51 @@ def test_failed_write_records_only_the_leading_stored_run_and_drops_children() -
     assert pipe.enqueue_backup(again) is BackupDecision.ADMITTED
     pipe.tick()
     assert pipe.poll_backups()[0].status == "stored"
+
+
+def test_child_queued_behind_a_failed_parent_is_not_written() -> None:
+    storage, backend = scripted()
+    pipe = make_pipeline(storage=storage, device_pages=40, host_to_device_ratio=1.0)  # 36 pages per tick
+    hashes = chain(40)
+    backend.fail_write = {hashes[2]}
+    assert pipe.enqueue_backup(make_span(pipe, 1, hashes[:30])) is BackupDecision.ADMITTED
+    assert pipe.enqueue_backup(make_span(pipe, 2, hashes[30:], parent=hashes[29])) is BackupDecision.ADMITTED
+    pipe.tick()
+    assert [(r.span_id, r.status, r.stored_pages) for r in pipe.poll_backups()] == [(1, "partial", 2)]
+    pipe.tick()  # the child waited for the next tick: its parent is uncovered, so it is not sent
+    assert [(r.span_id, r.status) for r in pipe.poll_backups()] == [(2, "dropped_parent")]
+    assert backend.calls == [("write", 30)]
+    assert not backend.stored_bare() & set(hashes[30:])
+    pipe.check_invariants()
+
+
+def test_spans_ready_together_go_out_in_one_call_per_batch() -> None:
+    storage, backend = scripted()
+    pipe = make_pipeline(storage=storage, device_pages=40, storage_batch_pages=4)
+    hashes = chain(9)
+    parents = [None, hashes[2], hashes[5]]
+    for number, parent in enumerate(parents):
+        span = make_span(pipe, number, hashes[3 * number : 3 * number + 3], parent=parent)
+        assert pipe.enqueue_backup(span) is BackupDecision.ADMITTED
+    pipe.tick()
+    assert [(r.status, r.stored_pages) for r in pipe.poll_backups()] == [("stored", 3)] * 3
+    assert backend.calls == [("write", 4), ("write", 4), ("write", 1)]
+    assert pipe.storage.get_stats()["ops"]["set"]["calls"] == 3
+    assert pipe.existence.covers_all("kv", hashes)
+    pipe.check_invariants()
+
+
+def test_a_page_in_two_spans_of_one_batch_is_written_once() -> None:
+    storage, backend = scripted()
+    pipe = make_pipeline(storage=storage, device_pages=40)
+    hashes = chain(5)
+    assert pipe.enqueue_backup(make_span(pipe, 1, hashes[:4])) is BackupDecision.ADMITTED
+    assert pipe.enqueue_backup(make_span(pipe, 2, hashes)) is BackupDecision.ADMITTED  # one new page
+    pipe.tick()
+    assert [(r.status, r.stored_pages) for r in pipe.poll_backups()] == [("stored", 4), ("stored", 5)]
+    assert backend.calls == [("write", 5)]
+    assert pipe.metrics.as_dict()["backup_stored_tokens"] == 9 * PAGE_SIZE
+    pipe.check_invariants()
 
 
 def test_writes_go_out_in_batches_of_at_most_storage_batch_pages() -> None:

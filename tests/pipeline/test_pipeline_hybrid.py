@@ -80,6 +80,21 @@ def test_backups_write_the_trailing_window_and_the_end_state_only() -> None:
     assert pipe.existence.covers_all("swa", hashes[-WINDOW:]) and not pipe.existence.contains("swa", hashes[0])
 
 
+def test_spans_of_one_tick_write_every_pool_in_one_call_each() -> None:
+    storage, backend = scripted()
+    pipe = make_hybrid(storage=storage)
+    hashes = chain(9)
+    _store(pipe, [hashes[:3], hashes[3:6], hashes[6:]])
+    # One batch_set_v2 (the SWA windows, then the states), then one batch_set_v1 of every KV page.
+    assert backend.calls == [("write", 3 * WINDOW), ("write", 3), ("write", 9)]
+    assert pipe.storage.get_stats()["ops"]["set"]["calls"] == 3  # counted per pool
+    assert all(pipe.existence.contains("mamba", hashes[end - 1]) for end in (3, 6, 9))
+    assert _staged(pipe, "r", hashes) == (9, 9)
+    assert_admitted(pipe, pipe.admit("r", 0), hashes, 9)
+    pipe.drain()
+    pipe.check_invariants()
+
+
 def test_prefixes_are_restorable_only_at_span_ends() -> None:
     pipe = make_hybrid()
     hashes = chain(8)

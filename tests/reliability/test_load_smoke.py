@@ -36,7 +36,9 @@ def test_load_test_smoke(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    results = {row["backend"]: row for row in json.loads(out.read_text())}
+    written = json.loads(out.read_text())
+    assert written["machine"]["cpus"] >= 1 and "hicache-storage" in written["machine"]["versions"]
+    results = {row["backend"]: row for row in written["rows"]}
     assert set(results) == {"file", "sim"}
     for name, row in results.items():
         assert row["ops"] > 0 and row["hits"] > 0, row

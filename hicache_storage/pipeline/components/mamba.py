@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from ...errors import ConfigError
 from ...host_pool import parse_dtype
 from ...pools import HostStatePool
-from ..copy_engine import CopyHandle, page_runs
+from ..copy_engine import CopyHandle, byte_array, copy_runs, page_runs
 from ..device_pool import PageAllocator
 from .base import Component
 
@@ -119,13 +120,19 @@ class StateCopyEngine:
         self.cuda = device_pool.device.type == "cuda"
         self._device = device_pool.device
         self._stream: Any = torch.cuda.Stream(device=self._device) if self.cuda else None  # type: ignore[no-untyped-call]
+        self._device_bytes = _byte_arrays(self.device_segments)
+        self._host_bytes = _byte_arrays(self.host_segments)
 
     def device_to_host(self, device_pages: Sequence[int], host_pages: Sequence[int]) -> CopyHandle:
         """Copy device slots into host slots (pairwise); complete once ``wait()`` returns."""
+        if self._device_bytes is not None and self._host_bytes is not None:
+            return _copy_bytes(self._host_bytes, host_pages, self._device_bytes, device_pages)
         return self._copy(self.host_segments, host_pages, self.device_segments, device_pages, to_device=False)
 
     def host_to_device(self, host_pages: Sequence[int], device_pages: Sequence[int]) -> CopyHandle:
         """Copy host slots into device slots (pairwise); keep the host slots until ``done()``."""
+        if self._device_bytes is not None and self._host_bytes is not None:
+            return _copy_bytes(self._device_bytes, device_pages, self._host_bytes, host_pages)
         return self._copy(self.device_segments, device_pages, self.host_segments, host_pages, to_device=True)
 
     def _copy(
@@ -153,6 +160,21 @@ class StateCopyEngine:
         if to_device:
             compute.wait_event(event)
         return CopyHandle(event)
+
+
+def _byte_arrays(segments: list[torch.Tensor]) -> list[np.ndarray] | None:
+    """Numpy views of the bytes of CPU state segments, or ``None`` (then tensor copies are used)."""
+    arrays = [byte_array(segment) for segment in segments]
+    return None if any(a is None for a in arrays) else [a for a in arrays if a is not None]
+
+
+def _copy_bytes(
+    dst: list[np.ndarray], dst_slots: Sequence[int], src: list[np.ndarray], src_slots: Sequence[int]
+) -> CopyHandle:
+    runs = page_runs(dst_slots, src_slots)
+    for out, value in zip(dst, src, strict=True):
+        copy_runs(out, value, runs, axis=0)
+    return CopyHandle()
 
 
 class MambaComponent(Component):
