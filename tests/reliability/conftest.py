@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from rel_support import FAULT_ROWS, FIGURES, PrivateServices, fault_table
+from rel_support import FAULT_ROWS, FIGURES, WORKER_OUTPUT, PrivateServices, write_summary
 
 
 @pytest.fixture(scope="module")
@@ -26,23 +25,13 @@ def services() -> Iterator[PrivateServices]:
         owned.close()
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print the figures the reliability tests measured (and save them when asked to).
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker: hand the figures to the controller, which prints them (the root conftest)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None and (FIGURES or FAULT_ROWS):
+        output[WORKER_OUTPUT] = json.loads(json.dumps({"figures": FIGURES, "rows": FAULT_ROWS}, default=str))
 
-    ``HICACHE_RELIABILITY_FIGURES=path.json`` saves the named figures; ``HICACHE_FAULT_TABLE=path.json``
-    saves the rows of the deadline tests (``tests/reliability/fault_table.py`` renders them).
-    """
-    if FAULT_ROWS:
-        terminalreporter.write_sep("-", "worst call per backend and fault")
-        terminalreporter.write_line(fault_table(FAULT_ROWS))
-        table = os.environ.get("HICACHE_FAULT_TABLE")
-        if table:
-            Path(table).write_text(json.dumps(FAULT_ROWS, indent=2) + "\n")
-    if not FIGURES:
-        return
-    terminalreporter.write_sep("-", "reliability figures")
-    for name in sorted(FIGURES):
-        terminalreporter.write_line(f"{name}: {FIGURES[name]}")
-    target = os.environ.get("HICACHE_RELIABILITY_FIGURES")
-    if target:
-        Path(target).write_text(json.dumps(FIGURES, indent=2, sort_keys=True, default=str) + "\n")
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not hasattr(terminalreporter.config, "workerinput"):
+        write_summary(terminalreporter, FIGURES, FAULT_ROWS)

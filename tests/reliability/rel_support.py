@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import random
 import secrets
@@ -506,6 +507,32 @@ def record_fault_row(
     }
     FAULT_ROWS.append(row)
     return row
+
+
+#: The key of the figures in a pytest-xdist worker's output (the controller prints those of every worker).
+WORKER_OUTPUT = "hicache_reliability"
+
+
+def write_summary(terminalreporter: Any, figures: dict[str, object], rows: Sequence[dict[str, Any]]) -> None:
+    """Print the figures the reliability tests measured (and save them when asked to).
+
+    ``HICACHE_RELIABILITY_FIGURES=path.json`` saves the named figures; ``HICACHE_FAULT_TABLE=path.json``
+    saves the rows of the deadline tests (``tests/reliability/fault_table.py`` renders them).
+    """
+    if rows:
+        terminalreporter.write_sep("-", "worst call per backend and fault")
+        terminalreporter.write_line(fault_table(rows))
+        table = os.environ.get("HICACHE_FAULT_TABLE")
+        if table:
+            Path(table).write_text(json.dumps(list(rows), indent=2) + "\n")
+    if not figures:
+        return
+    terminalreporter.write_sep("-", "reliability figures")
+    for name in sorted(figures):
+        terminalreporter.write_line(f"{name}: {figures[name]}")
+    target = os.environ.get("HICACHE_RELIABILITY_FIGURES")
+    if target:
+        Path(target).write_text(json.dumps(figures, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def fault_table(rows: Sequence[dict[str, Any]]) -> str:
