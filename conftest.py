@@ -50,7 +50,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("dist", "no") != "loadgroup":
+    # The controller has --dist loadgroup; a worker has dist "no" and loadgroup set (and it collects).
+    if not config.getoption("loadgroup", False) and config.getoption("dist", "no") != "loadgroup":
         return
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
