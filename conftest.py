@@ -4,6 +4,9 @@
   stopped when the worker ends; without xdist the checkout's servers serve, as before.
 - Under ``--dist loadgroup``, the tests that share a module- or class-scoped fixture run on one
   worker, so that fixture (a private server, a built wheel) is set up once.
+- botocore's data files (service models, endpoints) are read once per test process, not once per
+  client: each of the hundreds of S3 clients the tests make would otherwise decode the S3 model
+  again (about 0.2 s of CPU each). A session's clients share the loader in botocore anyway.
 - The terminal summary lists the skipped tests by reason, one line per reason, and (under xdist)
   the figures the reliability tests measured on every worker, merged.
 """
@@ -27,7 +30,36 @@ RELIABILITY = pytest.StashKey[dict[str, Any]]()
 RELIABILITY_OUTPUT = "hicache_reliability"
 
 
+class _SearchPaths(list[str]):
+    """A loader's search paths that a new boto3 session extends only with a path not there yet."""
+
+    def append(self, path: str) -> None:
+        if path not in self:
+            super().append(path)
+
+
+def share_botocore_loaders() -> None:
+    """Make every botocore session of this process share one data loader per data path."""
+    try:
+        import botocore.loaders
+        import botocore.session
+    except ImportError:
+        return
+    original = botocore.loaders.create_loader
+    loaders: dict[str | None, Any] = {}
+
+    def create_loader(search_path_string: str | None = None) -> Any:
+        loader = loaders.get(search_path_string)
+        if loader is None:
+            loader = loaders[search_path_string] = original(search_path_string)
+            loader._search_paths = _SearchPaths(loader.search_paths)
+        return loader
+
+    botocore.session.create_loader = create_loader
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    share_botocore_loaders()
     # The worker itself, not a pytest that one of its tests runs (that inherits PYTEST_XDIST_WORKER).
     worker = getattr(config, "workerinput", {}).get("workerid")
     if worker:  # imported here: a run without xdist needs none of it

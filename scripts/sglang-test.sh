@@ -48,7 +48,7 @@ if [ "$(cat "$OVERLAY/.complete" 2>/dev/null)" != "$(sha256sum "$0" | cut -d" " 
       wanted+=("${item#*=}")
     fi
   done
-  "$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$OVERLAY" "${wanted[@]}"
+  "$PY" -m pip install -q --disable-pip-version-check --no-compile --no-deps --target "$OVERLAY" "${wanted[@]}"
   if ! "$PY" -c "import triton" >/dev/null 2>&1; then
     mkdir -p "$OVERLAY/triton"
     cat > "$OVERLAY/triton/__init__.py" <<'PYEOF'

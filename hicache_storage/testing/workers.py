@@ -29,7 +29,7 @@ __all__ = [
 
 #: How far apart the ports of two workers are (each service uses fewer consecutive ports).
 PORT_STRIDE = 10
-#: Workers with servers of their own: with the default ports, worker 50 would reach the next service's.
+#: Workers with servers of their own (with the default ports, the S3 ports of worker 55 would be mooncake's).
 MAX_WORKERS = 40
 #: The variables holding ports (the cluster's is a space-separated list).
 PORT_VARIABLES = (
@@ -73,7 +73,7 @@ def worker_environment(services: TestServices, number: int) -> dict[str, str]:
     if not 0 < number < MAX_WORKERS:
         raise ValueError(f"xdist worker number {number}: servers of their own for workers 0..{MAX_WORKERS - 1} only")
     offset = number * PORT_STRIDE
-    env = {k: v for k, v in os.environ.items() if k not in DERIVED_VARIABLES}
+    env = {k: v for k, v in services._env().items() if k not in DERIVED_VARIABLES}
     env.update({k: v for k, v in base.items() if k not in DERIVED_VARIABLES})
     for name in PORT_VARIABLES:
         env[name] = " ".join(str(int(port) + offset) for port in base[name].split())

@@ -24,8 +24,16 @@ def env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def bucket(env: dict[str, str]) -> str:
+def bucket_name(env: dict[str, str]) -> str:
     return fresh_s3_bucket(SERVICES, env, "hc-fs")
+
+
+@pytest.fixture
+def bucket(env: dict[str, str], bucket_name: str) -> str:
+    """A bucket on the test server, there for each test (an outage test may have restarted the server)."""
+    SERVICES.start("s3")
+    SERVICES.s3_bucket(bucket_name, env, exist_ok=True)
+    return bucket_name
 
 
 @pytest.fixture(params=["memory", "local", "s3"])
@@ -38,7 +46,6 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
         return {"url": f"file://{tmp_path}/cache"}
     env = request.getfixturevalue("env")
     bucket = request.getfixturevalue("bucket")
-    SERVICES.s3_bucket(bucket, env, exist_ok=True)  # again: a fault test may have restarted the server since
     return {"url": f"s3://{bucket}/{tag}", "storage_options": s3_storage_options(env)}
 
 

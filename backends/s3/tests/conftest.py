@@ -23,9 +23,17 @@ def env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def bucket(env: dict[str, str]) -> str:
-    """A fresh bucket on the test server (the server keeps no state across restarts)."""
+def bucket_name(env: dict[str, str]) -> str:
     return fresh_s3_bucket(SERVICES, env, "hc-test")
+
+
+@pytest.fixture
+def bucket(env: dict[str, str], bucket_name: str) -> str:
+    """A bucket on the test server, there for each test: the server keeps no state across restarts, and
+    an outage test on this worker may have restarted it since the bucket was first made."""
+    SERVICES.start("s3")
+    SERVICES.s3_bucket(bucket_name, env, exist_ok=True)
+    return bucket_name
 
 
 @pytest.fixture
