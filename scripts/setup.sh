@@ -19,7 +19,9 @@ fi
 
 echo "[setup] creating environment in $VENV" >&2
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+# --no-compile: Python compiles what it imports, once; compiling every module of torch up front costs
+# about 20 s of CPU.
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile)
 "${PIP[@]}" "torch==2.13.0"
 "${PIP[@]}" -r scripts/requirements-dev.txt
 if [ -f scripts/services/requirements-services.txt ]; then

@@ -42,7 +42,7 @@ def fresh_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     venv = work / "venv"
     run([sys.executable, "-m", "venv", str(venv)], work)
     python = str(venv / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
     run([*pip, "torch==2.13.0"], work)  # first, so nothing pulls another torch
     constraints = work / "constraints.txt"
     services = (ROOT / "scripts" / "services" / "requirements-services.txt").read_text().splitlines()

@@ -35,7 +35,7 @@ def test_a_good_config_gives_options_capabilities_and_store_directory(tmp_path: 
         ),
         ("file", {"path": "/x", "pinnned": True}, ConfigError, r"did you mean pinned\?"),
         ("file", {"path": "/x", "zzz": 1}, ConfigError, r"zzz: unknown option; valid options of file: fanout_levels"),
-        ("file", {"path": "/x", "namespace": 3}, ConfigError, r"extra_config\.namespace: expected str"),
+        ("file", {"path": "/x", "namespace": 3}, ConfigError, r"extra_config\.namespace: expected a str, got 3"),
         ("file", {"path": "/x", "max_bytes": -1}, ConfigError, r"extra_config\.max_bytes: must be a positive"),
         ("file", {"path": "/x", "resilience": 3}, ConfigError, r"extra_config\.resilience"),
         ("sim", {1: 2}, ConfigError, "option names must be strings"),

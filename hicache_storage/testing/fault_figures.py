@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .outage import TimedWorkload
 
-__all__ = ["FAULT_ROWS", "FIGURES", "fault_table", "figures_summary", "record", "record_fault_row"]
+__all__ = ["FAULT_ROWS", "FIGURES", "fault_table", "figures_summary", "record", "record_fault_row", "write_summary"]
 
 #: Figures measured by the tests (name → value), printed in pytest's terminal summary.
 FIGURES: dict[str, object] = {}
@@ -67,3 +70,25 @@ def figures_summary() -> list[str]:
     if FAULT_ROWS:
         lines += ["", fault_table(FAULT_ROWS)]
     return lines
+
+
+def write_summary(terminalreporter: Any, figures: Mapping[str, object], rows: Sequence[dict[str, Any]]) -> None:
+    """Print the measured figures and the fault table in pytest's terminal summary (and save them when asked).
+
+    ``HICACHE_RELIABILITY_FIGURES=path.json`` saves the named figures; ``HICACHE_FAULT_TABLE=path.json``
+    saves the rows of the deadline tests (``tests/reliability/fault_table.py`` renders them).
+    """
+    if rows:
+        terminalreporter.write_sep("-", "worst call per backend and fault")
+        terminalreporter.write_line(fault_table(rows))
+        table = os.environ.get("HICACHE_FAULT_TABLE")
+        if table:
+            Path(table).write_text(json.dumps(list(rows), indent=2) + "\n")
+    if not figures:
+        return
+    terminalreporter.write_sep("-", "reliability figures")
+    for name in sorted(figures):
+        terminalreporter.write_line(f"{name}: {figures[name]}")
+    target = os.environ.get("HICACHE_RELIABILITY_FIGURES")
+    if target:
+        Path(target).write_text(json.dumps(dict(figures), indent=2, sort_keys=True, default=str) + "\n")

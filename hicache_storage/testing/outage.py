@@ -319,6 +319,16 @@ class Workload:
         thread.start()
         return thread
 
+    def wait_verified(self, timeout_s: float) -> bool:
+        """Wait until some round has read back a page (checked against its content); ``False`` on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if any(sample.hits for sample in self.report.samples):
+                    return True
+            time.sleep(0.02)
+        return False
+
     def wait_recovered(self, since: float, timeout_s: float) -> float | None:
         """Seconds from ``since`` to the end of the first round after it that wrote and read all pages."""
         deadline = time.monotonic() + timeout_s
@@ -394,11 +404,15 @@ def fault_phase(
     restore: Callable[[], None],
     recover_timeout_s: float,
 ) -> dict[str, float | None]:
-    """Run ``workload`` in a thread through healthy → fault → restored; returns timings and counts."""
+    """Run ``workload`` in a thread through healthy → fault → restored; returns timings and counts.
+
+    The healthy phase lasts ``healthy_s``, and longer (up to 10 s) until a round has read a page back.
+    """
     stop = threading.Event()
     thread = workload.start(stop)
     try:
         time.sleep(healthy_s)
+        workload.wait_verified(10.0)
         fault_at = time.monotonic()
         inject()
         time.sleep(outage_s)

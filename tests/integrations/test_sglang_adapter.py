@@ -268,7 +268,7 @@ def test_construction_errors_name_the_option(tmp_path: Path) -> None:
         ),
         ("file", {"path": "/x", "namespce": "a"}, ConfigError, r"did you mean namespace\?"),
         ("file", {"path": "/x", "fanout_levels": 9}, ConfigError, r"extra_config\.fanout_levels: must be in \[0, 4\]"),
-        ("sim", {"manifests": "yes"}, ConfigError, r"extra_config\.manifests: expected bool"),
+        ("sim", {"manifests": "yes"}, ConfigError, r"extra_config\.manifests: expected true or false, got .yes."),
         ("sim", {"resilience": {"retry": 1}}, ConfigError, r"extra_config\.resilience\.retry"),
     ],
 )

@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from hicache_storage import HiCacheStorage, make_config
-from hicache_storage.testing.fault_figures import FAULT_ROWS, FIGURES, fault_table, record, record_fault_row
+from hicache_storage.testing.fault_figures import (
+    FAULT_ROWS,
+    FIGURES,
+    fault_table,
+    record,
+    record_fault_row,
+    write_summary,
+)
 from hicache_storage.testing.outage import (
     HOST,
     PAGE_SIZE,
@@ -55,6 +62,7 @@ __all__ = [
     "round_trip_ok",
     "scramble_pages",
     "unit_pid",
+    "write_summary",
 ]
 
 REPO = Path(__file__).resolve().parents[2]

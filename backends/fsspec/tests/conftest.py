@@ -28,14 +28,21 @@ def env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def bucket(env: dict[str, str]) -> Iterator[str]:
-    """A fresh bucket on the shared test server (never stopped by these tests), removed at the end:
-    the tests leave nothing in it."""
+def bucket_name(env: dict[str, str]) -> Iterator[str]:
+    """A fresh bucket on the test server, removed at the end: the tests leave nothing in it."""
     name = fresh_s3_bucket(SERVICES, env, "hc-fs")
     yield name
     client = s3_client(env)
     with contextlib.suppress(client.exceptions.NoSuchBucket):  # the server was restarted meanwhile
         client.delete_bucket(Bucket=name)
+
+
+@pytest.fixture
+def bucket(env: dict[str, str], bucket_name: str) -> str:
+    """A bucket on the test server, there for each test (an outage test may have restarted the server)."""
+    SERVICES.start("s3")
+    SERVICES.s3_bucket(bucket_name, env, exist_ok=True)
+    return bucket_name
 
 
 @pytest.fixture(params=["memory", "local", "s3"])
@@ -48,7 +55,6 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
         return {"url": f"file://{tmp_path}/cache"}
     env = request.getfixturevalue("env")
     bucket = request.getfixturevalue("bucket")
-    SERVICES.s3_bucket(bucket, env, exist_ok=True)  # again: the shared server may have been restarted since
     return {"url": f"s3://{bucket}/{tag}", "storage_options": s3_storage_options(env)}
 
 

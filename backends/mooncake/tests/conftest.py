@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +15,7 @@ from hicache_storage_mooncake import MooncakeBackend
 from mooncake_support import client_options, ensure_running
 
 from hicache_storage.testing.fixtures import BackendFactory
-from hicache_storage.testing.pytest_fixtures import services, write_figures  # noqa: F401 (a fixture)
+from hicache_storage.testing.pytest_fixtures import services  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="session")
@@ -30,8 +29,3 @@ def open_backend(mooncake: None) -> Iterator[BackendFactory]:
     factory = BackendFactory(MooncakeBackend, client_options)
     yield factory
     factory.close()
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The figures this backend's fault tests measured."""
-    write_figures(terminalreporter, "mooncake fault figures", prefix="mooncake")

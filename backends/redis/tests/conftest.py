@@ -6,7 +6,6 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +15,7 @@ from hicache_storage_redis import RedisBackend
 from redis_support import control, settings
 
 from hicache_storage.testing.fixtures import BackendFactory
-from hicache_storage.testing.pytest_fixtures import services, write_figures  # noqa: F401 (a fixture)
+from hicache_storage.testing.pytest_fixtures import services  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="session")
@@ -43,8 +42,3 @@ def open_backend() -> Iterator[BackendFactory]:
     factory = BackendFactory(RedisBackend, lambda: {"key_prefix": f"t{secrets.token_hex(4)}:"})
     yield factory
     factory.close()
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The figures this backend's fault tests measured."""
-    write_figures(terminalreporter, "redis fault figures", prefix="redis")

@@ -7,7 +7,6 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,7 +16,7 @@ from hicache_storage_s3 import S3Backend
 from s3_support import SERVICES, s3_client, s3_options, settings
 
 from hicache_storage.testing.fixtures import BackendFactory, fresh_s3_bucket
-from hicache_storage.testing.pytest_fixtures import services, write_figures  # noqa: F401 (a fixture)
+from hicache_storage.testing.pytest_fixtures import services  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +25,8 @@ def env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def bucket(env: dict[str, str]) -> Iterator[str]:
-    """A fresh bucket on the shared test server (never stopped by these tests), removed at the end:
-    the tests leave nothing in it."""
+def bucket_name(env: dict[str, str]) -> Iterator[str]:
+    """A fresh bucket on the test server, removed at the end: the tests leave nothing in it."""
     name = fresh_s3_bucket(SERVICES, env, "hc-test")
     yield name
     client = s3_client(env)
@@ -37,13 +35,17 @@ def bucket(env: dict[str, str]) -> Iterator[str]:
 
 
 @pytest.fixture
+def bucket(env: dict[str, str], bucket_name: str) -> str:
+    """A bucket on the test server, there for each test: the server keeps no state across restarts, and
+    an outage test on this worker may have restarted it since the bucket was first made."""
+    SERVICES.start("s3")
+    SERVICES.s3_bucket(bucket_name, env, exist_ok=True)
+    return bucket_name
+
+
+@pytest.fixture
 def open_backend(env: dict[str, str], bucket: str) -> Iterator[BackendFactory]:
     """Factory: ``open_backend(options=None, pool=None)`` under a fresh prefix; cleared and closed afterwards."""
     factory = BackendFactory(S3Backend, lambda: {**s3_options(env, bucket), "prefix": f"t{secrets.token_hex(4)}"})
     yield factory
     factory.close()
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The figures this backend's fault tests measured."""
-    write_figures(terminalreporter, "s3 backend: reliability figures", prefix="s3.")
