@@ -49,10 +49,20 @@ def port_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to client sockets (a server port above it may be taken any time)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(count: int, *, bus_offset: int | None = None) -> list[int]:
-    """``count`` consecutive free ports in 20000..29999 (and ``port + bus_offset`` free as well)."""
+    """``count`` consecutive free ports from 20000 up (and ``port + bus_offset`` free as well), all below the
+    kernel's ephemeral range, so no client socket of a busy run takes one between this check and the start."""
+    top = min(29990, _ephemeral_low() - (bus_offset or 0)) - count
     for _ in range(200):
-        base = random.randrange(20000, 29990 - count)
+        base = random.randrange(20000, max(top, 20001))
         ports = list(range(base, base + count))
         wanted = ports + ([p + bus_offset for p in ports] if bus_offset else [])
         if all(port_free(p) for p in wanted):
@@ -395,6 +405,31 @@ def round_trip_ok(backend: HiCacheStorage) -> bool:
     return sample.set_ok == sample.set_total and sample.hits == sample.reads
 
 
+class SchedulingLag:
+    """A thread that sleeps ``tick_s`` over and over and keeps the worst overshoot: how late this machine
+    wakes a thread up right now (on a loaded host a call's own wake-ups are as late)."""
+
+    def __init__(self, tick_s: float = 0.005) -> None:
+        self.tick_s = tick_s
+        self.worst_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scheduling-lag", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            time.sleep(self.tick_s)
+            self.worst_s = max(self.worst_s, time.monotonic() - began - self.tick_s)
+
+    def __enter__(self) -> SchedulingLag:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 def fault_phase(
     workload: Workload,
     *,
@@ -407,8 +442,10 @@ def fault_phase(
     """Run ``workload`` in a thread through healthy → fault → restored; returns timings and counts.
 
     The healthy phase lasts ``healthy_s``, and longer (up to 10 s) until a round has read a page back.
+    ``scheduling_lag_s`` is the worst thread wake-up delay seen meanwhile (:class:`SchedulingLag`).
     """
     stop = threading.Event()
+    lag = SchedulingLag().__enter__()
     thread = workload.start(stop)
     try:
         time.sleep(healthy_s)
@@ -423,6 +460,7 @@ def fault_phase(
     finally:
         stop.set()
         thread.join(timeout=30)
+        lag.__exit__()
     assert not thread.is_alive(), "workload thread did not stop"
     during = workload.report.between(fault_at + 0.2, restore_begin)
     before = workload.report.between(0, fault_at)
@@ -434,6 +472,7 @@ def fault_phase(
         "rounds_during": float(len(during)),
         "failed_sets_during": float(sum(s.set_total - s.set_ok for s in during)),
         "max_round_s_during": max((s.seconds for s in during), default=0.0),
+        "scheduling_lag_s": lag.worst_s,
     }
 
 

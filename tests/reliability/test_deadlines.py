@@ -36,7 +36,9 @@ from hicache_storage import HiCacheStorage, load_backend, make_config
 pytestmark = [pytest.mark.services, pytest.mark.timeout(240)]
 
 DEADLINE_S = 0.5
-#: What a call may take beyond its deadline: thread wake-ups and bookkeeping, never another wait.
+#: What a call may take beyond its deadline: thread wake-ups and bookkeeping, never another wait; on a
+#: loaded host also twice the worst wake-up delay measured beside the workload (a call wakes up at most twice
+#: late: once at its deadline, once to hand back its result).
 SLACK_S = 0.1
 RESILIENCE = {"deadline_s": DEADLINE_S, "retries": 1, "backoff_s": 0.01, "breaker_threshold": 0}
 ACCESS_KEY, SECRET_KEY = "AKIADEADLINETEST0001", "deadline-secret-" + "y" * 24
@@ -95,12 +97,14 @@ def measure(
         recovery_s=timings["recovery_s"],
         faults=stats["faults"],
         abandoned_calls=abandoned,
+        scheduling_lag_s=round(float(timings["scheduling_lag_s"] or 0.0), 4),
     )
     assert_clean(workload)
     observed = stats["faults"] + stats["counters"].get("node_faults", 0) + timings["failed_sets_during"]
     assert observed > 0, f"{name}/{fault}: the fault was never observed"
     assert timings["hits_before"], f"{name}/{fault}: nothing was verified before the fault"
-    assert row["worst_call_s"] <= DEADLINE_S + SLACK_S, f"{name}/{fault}: a call overran its deadline: {row}"
+    allowed = DEADLINE_S + SLACK_S + 2 * row["scheduling_lag_s"]
+    assert row["worst_call_s"] <= allowed, f"{name}/{fault}: a call overran its deadline ({allowed:.3f} s): {row}"
     assert timings["recovery_s"] is not None, f"{name}/{fault}: did not serve every page again: {row}"
     return row
 
