@@ -90,21 +90,20 @@ def deadline_scope(deadline: float | None) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class ResilienceOptions:
-    """Options of the policy (``extra_config["resilience"]``; ``False`` turns the policy off).
-
-    - ``deadline_s``: time budget of one call including retries; client timeouts derive from it.
-    - ``retries``: extra attempts after a fault, for idempotent operations.
-    - ``backoff_s`` / ``backoff_max_s``: first backoff and cap; each retry doubles, full jitter.
-    - ``breaker_threshold``: consecutive faulted calls of one direction that open its breaker (0 = never).
-    - ``breaker_reset_s``: how long an open breaker fails calls fast before one half-open probe.
-    """
+    """Options of the policy (``extra_config["resilience"]``; ``False`` turns the policy off)."""
 
     deadline_s: float = 5.0
+    """Time budget of one call including retries; client timeouts derive from it."""
     retries: int = 2
+    """Extra attempts after a fault, for idempotent operations."""
     backoff_s: float = 0.01
+    """First backoff; each retry doubles it, with full jitter."""
     backoff_max_s: float = 0.5
+    """The backoff's cap."""
     breaker_threshold: int = 5
+    """Consecutive faulted calls of one direction that open its breaker (0 = never)."""
     breaker_reset_s: float = 2.0
+    """How long an open breaker fails calls fast before one half-open probe."""
 
     def __post_init__(self) -> None:
         prefix = "extra_config.resilience"

@@ -252,14 +252,7 @@ class BufferOnlyPipeline:
         stray = set(refs) - set(retained)
         if stray:
             raise InvariantViolation(f"references on pages that are not retained: {sorted(stray)[:4]}")
-        actual = self.host_pool.owners()
-        if actual != expected:
-            leaked = sorted(set(actual) - set(expected))
-            lost = sorted(set(expected) - set(actual))
-            wrong = sorted(p for p in set(actual) & set(expected) if actual[p] != expected[p])
-            raise InvariantViolation(
-                f"host pages leaked {leaked[:8]}, freed while held {lost[:8]}, wrong owner {wrong[:8]}"
-            )
+        _check_owners("host pages", self.host_pool.owners(), expected)
         queued = self._backup.pending_tokens()
         if self._backup.backlog_tokens != queued or not 0 <= queued <= self._backup.cap_tokens:
             raise InvariantViolation(f"backlog_tokens={self._backup.backlog_tokens} but {queued} tokens are queued")
@@ -287,14 +280,7 @@ class BufferOnlyPipeline:
             problem = item.staging.problems()
             if problem is not None:
                 raise InvariantViolation(f"{item.name} host arena: {problem}")
-            actual = item.staging.owners
-            if actual != expected:
-                leaked = sorted(set(actual) - set(expected))
-                lost = sorted(set(expected) - set(actual))
-                wrong = sorted(u for u in set(actual) & set(expected) if actual[u] != expected[u])
-                raise InvariantViolation(
-                    f"{item.name} host units leaked {leaked[:8]}, freed while held {lost[:8]}, wrong owner {wrong[:8]}"
-                )
+            _check_owners(f"{item.name} host units", item.staging.owners, expected)
             if item.backlog != pending[item.name] or not 0 <= item.backlog <= item.cap:
                 raise InvariantViolation(f"{item.name} backlog {item.backlog} units but {pending[item.name]} queued")
             if not self._backup.fifo and item.inflight:
@@ -335,3 +321,13 @@ def _check_arena(component: Component, host_pool: Any) -> None:
             f"{component.min_transfer_units()} units ({component.min_transfer_units() * size:,} bytes each); "
             "raise host_to_device_ratio or pass a larger host pool",
         )
+
+
+def _check_owners(what: str, actual: Mapping[int, object], expected: Mapping[int, object]) -> None:
+    """Raise :class:`InvariantViolation` naming the units of ``what`` whose owner is not the expected one."""
+    if actual == expected:
+        return
+    leaked = sorted(set(actual) - set(expected))
+    lost = sorted(set(expected) - set(actual))
+    wrong = sorted(u for u in set(actual) & set(expected) if actual[u] != expected[u])
+    raise InvariantViolation(f"{what} leaked {leaked[:8]}, freed while held {lost[:8]}, wrong owner {wrong[:8]}")

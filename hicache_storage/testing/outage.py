@@ -182,12 +182,17 @@ class Sample:
 
 @dataclass
 class WorkloadReport:
+    """What a :class:`Workload` did so far, counted over all its rounds."""
+
     rounds: int = 0
     set_ok: int = 0
+    """Pages written (``batch_set_v1`` said ``True``)."""
     set_failed: int = 0
     hits: int = 0
+    """Pages read back with the bytes last written."""
     misses: int = 0
     wrong_pages: int = 0
+    """Pages read back with other bytes than last written (never allowed)."""
     exceptions: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
 

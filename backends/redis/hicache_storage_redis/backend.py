@@ -152,13 +152,8 @@ class RedisBackend(Backend[RedisOptions]):
         requests = [(node, [(bkeys[i], keys[i], pages[i]) for i in indices]) for node, indices in groups]
         ahead = self._hasher() if self._hash_ahead else None
         outcomes = set_pages(requests, self._ttl_ms, self._codec, ahead, window=self._chunk, budget=self._budget())
-        for (_node, indices), replies in self._settle(groups, outcomes):
-            for index, reply in zip(indices, replies, strict=True):
-                if isinstance(reply, ResponseError):
-                    if self._is_redirect(reply):
-                        redirected.append(index)
-                else:
-                    results[index] = reply
+        for index, reply in self._answers(groups, outcomes, redirected):
+            results[index] = reply
         if redirected and time_left(self.timeout_s) > 0:  # MOVED/ASK (resharding): redis-py follows redirects
             self.counters.bump("redirected_writes", len(redirected))
             pipe = client.pipeline(transaction=False)
@@ -182,6 +177,18 @@ class RedisBackend(Backend[RedisOptions]):
         for group, outcome in zip(groups, outcomes, strict=True):
             if not isinstance(outcome, BaseException):
                 yield group, outcome
+
+    def _answers(
+        self, groups: list[tuple[Any, list[int]]], outcomes: list[GroupResult], redirected: list[int]
+    ) -> Iterator[tuple[int, Any]]:
+        """(index, reply) of every key its server answered; keys the server redirected elsewhere are
+        appended to ``redirected``, other error replies are counted and leave their key ``False``."""
+        for (_node, indices), replies in self._settle(groups, outcomes):
+            for index, reply in zip(indices, replies, strict=True):
+                if not isinstance(reply, ResponseError):
+                    yield index, reply
+                elif self._is_redirect(reply):
+                    redirected.append(index)
 
     def _is_redirect(self, reply: ResponseError) -> bool:
         """Whether an error reply asks to retry elsewhere; any other (``OOM``, ``NOPERM`` ...) is counted.
@@ -217,13 +224,8 @@ class RedisBackend(Backend[RedisOptions]):
         groups = self._by_node(client, rkeys, range(len(keys)))
         requests = [(node, [(rkeys[i].encode(), pages[i]) for i in indices]) for node, indices in groups]
         outcomes = get_pages(requests, hasher, self._chunk, self._budget())
-        for (_node, indices), replies in self._settle(groups, outcomes):
-            for index, reply in zip(indices, replies, strict=True):
-                if isinstance(reply, ResponseError):
-                    if self._is_redirect(reply):
-                        redirected.append(index)
-                else:
-                    results[index] = self._check(reply, keys[index], pages[index], want)
+        for index, reply in self._answers(groups, outcomes, redirected):
+            results[index] = self._check(reply, keys[index], pages[index], want)
         if redirected and time_left(self.timeout_s) > 0:  # MOVED/ASK: redis-py follows redirects
             self.counters.bump("redirected_reads", len(redirected))
             pipe = client.pipeline(transaction=False)
