@@ -68,6 +68,10 @@ def keyspace_prefix_of(storage_key: str) -> str | None:
     return match.group(0) if match else None
 
 
+#: The manifest fields that are not the :class:`KeySpace` attribute of the same name.
+_OWN_FIELDS = frozenset({"ranks", "first_write", "last_write", "pinned"})
+
+
 @dataclass(frozen=True)
 class KeySpaceManifest:
     """Who a key space's pages belong to; ``first_write``/``last_write`` are Unix times."""
@@ -90,22 +94,8 @@ class KeySpaceManifest:
     @classmethod
     def of(cls, space: KeySpace, first_write: float, last_write: float, *, pinned: bool = False) -> KeySpaceManifest:
         """The manifest of ``space``."""
-        return cls(
-            prefix=space.prefix,
-            model_name=space.model_name,
-            model_revision=space.model_revision,
-            namespace=space.namespace,
-            pool=space.pool,
-            dtype=space.dtype,
-            layout=space.layout,
-            page_size=space.page_size,
-            page_bytes=space.page_bytes,
-            is_mla=space.is_mla,
-            ranks=space.rank_suffix,
-            first_write=first_write,
-            last_write=last_write,
-            pinned=pinned,
-        )
+        copied = {f.name: getattr(space, f.name) for f in fields(cls) if f.name not in _OWN_FIELDS}
+        return cls(**copied, ranks=space.rank_suffix, first_write=first_write, last_write=last_write, pinned=pinned)
 
     def to_bytes(self) -> bytes:
         """Fixed-size record payload: UTF-8 JSON padded with spaces to :data:`MANIFEST_BYTES`."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -62,18 +62,7 @@ class PoolSpec:
 
 def make_pool(spec: PoolSpec) -> HostKVPool:
     """A zero-filled :class:`HostKVPool` of ``spec`` (never pinned: the suite runs on CPUs)."""
-    return HostKVPool(
-        num_pages=spec.num_pages,
-        page_size=spec.page_size,
-        layer_num=spec.layer_num,
-        dtype=spec.dtype,
-        layout=spec.layout,
-        is_mla=spec.is_mla,
-        head_num=spec.head_num,
-        head_dim=spec.head_dim,
-        kv_cache_dim=spec.kv_cache_dim,
-        pin_memory=False,
-    )
+    return HostKVPool(**asdict(spec), pin_memory=False)
 
 
 def key_hash(key: str) -> int:

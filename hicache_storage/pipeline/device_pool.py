@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -47,16 +47,7 @@ class KVGeometry(TypedDict, total=False):
 
 def kv_geometry(pool: HostKVPool | DeviceKVPool) -> KVGeometry:
     """The geometry of a host or device KV pool, to build another pool like it."""
-    return KVGeometry(
-        page_size=pool.page_size,
-        layer_num=pool.layer_num,
-        dtype=pool.dtype,
-        layout=pool.layout,
-        is_mla=pool.is_mla,
-        head_num=pool.head_num,
-        head_dim=pool.head_dim,
-        kv_cache_dim=pool.kv_cache_dim,
-    )
+    return cast(KVGeometry, {name: getattr(pool, name) for name in KVGeometry.__annotations__})
 
 
 class PageAllocator:

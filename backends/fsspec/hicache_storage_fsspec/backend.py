@@ -186,6 +186,19 @@ class FsspecBackend(Backend[FsspecOptions]):
 
         return list(sync(self.fs.loop, run, timeout=None))
 
+    def _each(self, paths: list[str], call: Callable[[str], Any]) -> list[Any]:
+        """``call(path)`` for every path, results or exceptions in order: on the filesystem's loop
+        (:meth:`_gather`) when the filesystem is asynchronous (``call`` then is its coroutine method)."""
+        if self._async:
+            return self._gather(call, paths)
+        outcomes: list[Any] = []
+        for path in paths:
+            try:
+                outcomes.append(call(path))
+            except Exception as error:
+                outcomes.append(error)
+        return outcomes
+
     def _settle(self, outcomes: list[Any], ok: Callable[[Any], bool]) -> list[bool]:
         """Per-key results from values or exceptions: a missing file is ``False``; if every key
         faulted otherwise, the first fault is raised (an outage, for the resilience policy)."""
@@ -274,30 +287,14 @@ class FsspecBackend(Backend[FsspecOptions]):
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
             return [self._local.exists(path, want) for path in paths]
-        if self._async:
-            outcomes = self._gather(self.fs._info, paths)
-        else:
-            outcomes = []
-            for path in paths:
-                try:
-                    outcomes.append(self.fs.info(path))
-                except Exception as error:
-                    outcomes.append(error)
+        outcomes = self._each(paths, self.fs._info if self._async else self.fs.info)
         return self._settle(outcomes, lambda info: info.get("type") == "file" and info.get("size") == want)
 
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         return self._remove([self.path_for(key) for key in keys])
 
     def _remove(self, paths: list[str]) -> list[bool]:
-        if self._async:
-            outcomes = self._gather(self.fs._rm_file, paths)
-        else:
-            outcomes = []
-            for path in paths:
-                try:
-                    outcomes.append(self.fs.rm_file(path))
-                except Exception as error:
-                    outcomes.append(error)
+        outcomes = self._each(paths, self.fs._rm_file if self._async else self.fs.rm_file)
         return [not isinstance(item, BaseException) or isinstance(item, FileNotFoundError) for item in outcomes]
 
     def clear_pages(self, prefixes: Sequence[str] | None) -> None:
