@@ -14,14 +14,38 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
+from typing_extensions import Required, TypedDict
 
 from ..errors import ConfigError, HostPoolError
 from ..host_pool import parse_dtype
 
-__all__ = ["HostStatePool"]
+__all__ = ["HostStatePool", "StateGeometry", "state_geometry"]
+
+
+class StateGeometry(TypedDict, total=False):
+    """A state pool's geometry as :class:`HostStatePool` takes it (its defaults apply to what is left out)."""
+
+    layer_num: Required[int]
+    temporal_shape: Sequence[int]
+    conv_shapes: Sequence[Sequence[int]]
+    temporal_dtype: str | torch.dtype
+    conv_dtype: str | torch.dtype
+
+
+def state_geometry(pool: Any) -> StateGeometry:
+    """The geometry of a host state pool or of a pool with the same-named attributes (a device pool)."""
+    if isinstance(pool, HostStatePool):
+        return StateGeometry(
+            layer_num=pool.num_mamba_layers,
+            temporal_shape=tuple(pool.temporal_state_shape),
+            conv_shapes=[tuple(shape) for shape in pool.conv_state_shapes],
+            temporal_dtype=pool.temporal_dtype,
+            conv_dtype=pool.conv_dtype,
+        )
+    return cast(StateGeometry, {name: getattr(pool, name) for name in StateGeometry.__annotations__})
 
 
 class HostStatePool:

@@ -15,10 +15,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from typing_extensions import Unpack
 
 from ...errors import ConfigError
-from ...host_pool import parse_dtype
 from ...pools import HostStatePool
+from ...pools.state_pool import StateGeometry, state_geometry
 from ..copy_engine import CopyHandle, byte_array, copy_runs, page_runs
 from ..device_pool import PageAllocator
 from .base import Component
@@ -36,25 +37,11 @@ class DeviceStatePool(PageAllocator):
     unit_name: ClassVar[str] = "state slots"
 
     def __init__(
-        self,
-        *,
-        num_slots: int,
-        layer_num: int,
-        temporal_shape: Sequence[int] = (4, 8),
-        conv_shapes: Sequence[Sequence[int]] = ((3, 8),),
-        temporal_dtype: str | torch.dtype = "float32",
-        conv_dtype: str | torch.dtype = "bfloat16",
-        device: str | torch.device = "cpu",
+        self, *, num_slots: int, device: str | torch.device = "cpu", **geometry: Unpack[StateGeometry]
     ) -> None:
         # A one-slot host pool validates the geometry and computes the sizes once.
-        probe = HostStatePool(
-            num_slots=1,
-            layer_num=layer_num,
-            temporal_shape=temporal_shape,
-            conv_shapes=conv_shapes,
-            temporal_dtype=temporal_dtype,
-            conv_dtype=conv_dtype,
-        )
+        probe = HostStatePool(num_slots=1, **geometry)
+        layer_num = probe.num_mamba_layers
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise ConfigError("num_slots", f"must be a positive int, got {num_slots!r}")
         self.device = torch.device(device)
@@ -62,8 +49,8 @@ class DeviceStatePool(PageAllocator):
         self.layer_num = layer_num
         self.temporal_shape = tuple(probe.temporal_state_shape)
         self.conv_shapes = [tuple(shape) for shape in probe.conv_state_shapes]
-        self.temporal_dtype = parse_dtype(temporal_dtype)
-        self.conv_dtype = parse_dtype(conv_dtype)
+        self.temporal_dtype = probe.temporal_dtype
+        self.conv_dtype = probe.conv_dtype
         self.bytes_per_page = self.size_per_token = probe.size_per_token
         self.temporal_buffer = torch.zeros(
             (num_slots, layer_num, *self.temporal_shape), dtype=self.temporal_dtype, device=self.device
@@ -79,26 +66,11 @@ class DeviceStatePool(PageAllocator):
     @classmethod
     def like(cls, host_pool: HostStatePool, num_slots: int, device: str | torch.device = "cpu") -> DeviceStatePool:
         """A device pool of ``num_slots`` slots with ``host_pool``'s geometry."""
-        return cls(
-            num_slots=num_slots,
-            layer_num=host_pool.num_mamba_layers,
-            temporal_shape=tuple(host_pool.temporal_state_shape),
-            conv_shapes=[tuple(shape) for shape in host_pool.conv_state_shapes],
-            temporal_dtype=host_pool.temporal_dtype,
-            conv_dtype=host_pool.conv_dtype,
-            device=device,
-        )
+        return cls(num_slots=num_slots, device=device, **state_geometry(host_pool))
 
     def host_pool(self, num_slots: int) -> HostStatePool:
         """A :class:`HostStatePool` of ``num_slots`` slots with this pool's geometry."""
-        return HostStatePool(
-            num_slots=num_slots,
-            layer_num=self.layer_num,
-            temporal_shape=self.temporal_shape,
-            conv_shapes=self.conv_shapes,
-            temporal_dtype=self.temporal_dtype,
-            conv_dtype=self.conv_dtype,
-        )
+        return HostStatePool(num_slots=num_slots, **state_geometry(self))
 
     def __repr__(self) -> str:
         return f"DeviceStatePool({self.device}, slots={self.page_num}, bytes/slot={self.bytes_per_page})"
