@@ -99,47 +99,30 @@ class _Adapter(ConformanceHooks):
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    def _own(self, name: str) -> Any:
-        method = getattr(self.inner, name, None)
-        return method if callable(method) else None
+    def _call(self, name: str, *args: Any) -> Any:
+        """The inner object's own ``name`` if it has one, else the default hook."""
+        own = getattr(self.inner, name, None)
+        return own(*args) if callable(own) else getattr(super(), name)(*args)
 
     def raw_store(self, backend: Any) -> MutableMapping[str, bytes]:
-        own = self._own("raw_store")
-        store: MutableMapping[str, bytes] = own(backend) if own else super().raw_store(backend)
+        store: MutableMapping[str, bytes] = self._call("raw_store", backend)
         return store
 
     def read_stored(self, backend: Any, storage_key: str) -> bytes | None:
-        own = self._own("read_stored")
-        data: bytes | None = own(backend, storage_key) if own else super().read_stored(backend, storage_key)
+        data: bytes | None = self._call("read_stored", backend, storage_key)
         return data
 
     def write_stored(self, backend: Any, storage_key: str, data: bytes) -> None:
-        own = self._own("write_stored")
-        if own:
-            own(backend, storage_key, data)
-        else:
-            super().write_stored(backend, storage_key, data)
+        self._call("write_stored", backend, storage_key, data)
 
     def delete_stored(self, backend: Any, storage_key: str) -> None:
-        own = self._own("delete_stored")
-        if own:
-            own(backend, storage_key)
-        else:
-            super().delete_stored(backend, storage_key)
+        self._call("delete_stored", backend, storage_key)
 
     def stop_server(self, backend: Any) -> None:
-        own = self._own("stop_server")
-        if own:
-            own(backend)
-        else:
-            super().stop_server(backend)
+        self._call("stop_server", backend)
 
     def start_server(self, backend: Any) -> None:
-        own = self._own("start_server")
-        if own:
-            own(backend)
-        else:
-            super().start_server(backend)
+        self._call("start_server", backend)
 
 
 def as_hooks(value: Any) -> ConformanceHooks:
