@@ -16,7 +16,7 @@ from hicache_storage.pools import BatchContext
 SPACES = [("model-a", "r1", ""), ("model-b", "r1", ""), ("model-b", "r2", "tenant-x")]
 SERVICES = kit.TestServices(Path(__file__).resolve().parents[2])
 #: Backends every operator command is tried on (those that list and delete, and two that cannot list).
-LISTING = ["file", "sim", "redis", "s3", "fsspec"]
+LISTING = ["file", "slab", "sim", "redis", "s3", "fsspec"]
 
 
 def options_for(name: str, tmp_path: Path) -> dict[str, Any]:

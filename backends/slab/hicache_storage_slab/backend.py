@@ -2,7 +2,10 @@
 
 Every key space (one per pool: KV, and each sidecar pool with its own page size) has its own slab
 below ``extra_config.path``, sized by ``capacity_bytes`` and preallocated (``posix_fallocate``) when
-the key space is first used. A key lives in one of the ``ways`` slots of the set its digest selects;
+the key space is first used; records of another size (a key space's manifest) go to a small slab of
+their own (:mod:`~hicache_storage_slab.registry`). Each slot header names its storage key, so the
+slabs list themselves (usage, purge), and a slab left empty is removed when the last process closes it.
+A key lives in one of the ``ways`` slots of the set its digest selects;
 the slot headers in the file are the whole index, so every process that opens the slab (one per TP
 rank in SGLang) sees the others' pages, and a restarted process sees what was written before.
 Writes ``pwritev`` straight from host memory and become visible only once their header commits;
@@ -15,8 +18,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import threading
-import time
 from collections.abc import Sequence
 
 from hicache_storage.plugin import (
@@ -29,19 +30,21 @@ from hicache_storage.plugin import (
     HostPool,
     KeySpace,
     PageBuffers,
+    StoredPage,
+    keyspace_prefix_of,
 )
 from hicache_storage.plugin.io_threads import IoThreads
+from hicache_storage.plugin.page_format import record_codec
 
-from .layout import Geometry, SuperblockError, parse_superblock
+from .layout import SUPERBLOCK_SIZE, LegacyLayoutError, SuperblockError, parse_superblock
+from .listing import list_slab_pages, slab_prefixes
 from .options import SlabOptions, io_thread_count, resolve_root
 from .raw_baseline import RawSlab
+from .registry import SlabRegistry
 from .slab import Slab, WritePlan, blank_headers
-from .slab_files import SLAB_FILE_MARK, SlabFile
+from .slab_files import SlabFile, remove_if_unused
 
 __all__ = ["SlabBackend"]
-
-#: Seconds a key space whose slab could not be opened (disk full, I/O error) fails fast before a retry.
-RETRY_OPEN_S = 5.0
 
 
 class SlabBackend(Backend[SlabOptions]):
@@ -54,7 +57,7 @@ class SlabBackend(Backend[SlabOptions]):
 
     Options = SlabOptions
     raw_baseline_class = RawSlab
-    capabilities = SHARED_STORE.with_overrides({"zero_copy": True, "may_evict": True, "supports_list": False})
+    capabilities = SHARED_STORE.with_overrides({"zero_copy": True, "may_evict": True})
 
     def __init__(self, setup: BackendSetup[SlabOptions]) -> None:
         options = setup.options
@@ -69,10 +72,8 @@ class SlabBackend(Backend[SlabOptions]):
             raise ConfigError("extra_config.path", f"directory {str(self.root)!r} is not writable")
         self._root = str(self.root)
         self._fsync = options.fsync
+        self._slabs = SlabRegistry(self._root, options, record_codec(options), setup.counters)
         self._io = IoThreads(io_thread_count(options))
-        self._slabs: dict[str, Slab] = {}
-        self._slabs_lock = threading.Lock()
-        self._open_failures: dict[str, tuple[float, str]] = {}
         capacity = options.capacity_bytes + sum((options.pool_capacity_bytes or {}).values())
         setup.counters.watch_evictions(capacity, "slab backend (capacity_bytes)")
 
@@ -85,53 +86,32 @@ class SlabBackend(Backend[SlabOptions]):
     def slab(self, keyspace: KeySpace) -> Slab:
         """The slab of ``keyspace``, opened (and created or re-created if needed) on first use.
 
-        Raises :class:`BackendFault` when it cannot be opened; for :data:`RETRY_OPEN_S` seconds after
-        that, without trying again.
+        Raises :class:`BackendFault` when it cannot be opened (and for a few seconds after that,
+        without trying again), :class:`ConfigError` when the path holds slab files of an earlier layout.
         """
-        prefix = keyspace.prefix
-        slab = self._slabs.get(prefix)
-        if slab is not None:
-            return slab
-        with self._slabs_lock:
-            slab = self._slabs.get(prefix)
-            if slab is not None:
-                return slab
-            failure = self._open_failures.get(prefix)
-            if failure is not None and time.monotonic() < failure[0]:
-                raise BackendFault(failure[1])
-            options = self._options
-            geometry = Geometry.plan(
-                keyspace.page_bytes, options.capacity_for(keyspace.pool), options.ways, options.file_bytes
-            )
-            try:
-                slab = Slab(
-                    self._root,
-                    prefix,
-                    geometry,
-                    direct_io=options.direct_io,
-                    durable=options.fsync,
-                    zero_fill=options.zero_fill,
-                    bump=self._counters.bump,
-                )
-            except OSError as error:
-                message = (
-                    f"cannot open the slab of {prefix!r} ({geometry.total_bytes} bytes) in {self._root!r}: {error}"
-                )
-                self._open_failures[prefix] = (time.monotonic() + RETRY_OPEN_S, message)
-                self._counters.bump("slab_open_failures")
-                raise BackendFault(message) from error
-            self._open_failures.pop(prefix, None)
-            self._slabs[prefix] = slab
-            return slab
+        return self._slabs.slab(keyspace)
 
     def open_slabs(self) -> list[Slab]:
-        """Every slab this instance has open (one per key space used so far)."""
-        with self._slabs_lock:
-            return list(self._slabs.values())
+        """Every slab this instance has open (one per key space used so far, and its record slabs)."""
+        return self._slabs.open_slabs()
 
     def slab_files(self) -> list[SlabFile]:
         """Every slab file this instance has open."""
         return [file for slab in self.open_slabs() for file in slab.files]
+
+    def _batch_slab(self, keys: Sequence[str], context: BatchContext, *, create: bool) -> Slab | None:
+        """The slab of a batch: the key space's own, or its records' of another size (``context.page_bytes``).
+
+        A batch of the operator's raw context (a key space of no pages) is routed by its first key's
+        prefix. ``None``: a record slab that does not exist and ``create`` is false.
+        """
+        space = context.keyspace
+        prefix = space.prefix
+        if keys and not keys[0].startswith(prefix):
+            prefix = keyspace_prefix_of(keys[0]) or prefix
+        if prefix == space.prefix and context.page_bytes == space.page_bytes:
+            return self.slab(space)
+        return self._slabs.record_slab(prefix, context.page_bytes, create=create)
 
     def on_register_pool(self, pool: HostPool, keyspace: KeySpace) -> None:
         """Preallocate the pool's slab now, so a capacity the disk cannot hold fails at start-up."""
@@ -150,7 +130,8 @@ class SlabBackend(Backend[SlabOptions]):
 
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
-        slab = self.slab(context.keyspace)
+        slab = self._batch_slab(keys, context, create=True)
+        assert slab is not None
         if not self._fsync:
 
             def write(key: str, page: PageBuffers) -> bool:
@@ -186,20 +167,29 @@ class SlabBackend(Backend[SlabOptions]):
         return results
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
-        slab = self.slab(context.keyspace)
-        return self._io.map(slab.read, keys, pages)
+        slab = self._batch_slab(keys, context, create=False)
+        return [False] * len(keys) if slab is None else self._io.map(slab.read, keys, pages)
 
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
-        slab = self.slab(context.keyspace)
-        return [slab.exists(key) for key in keys]
+        slab = self._batch_slab(keys, context, create=False)
+        return [False] * len(keys) if slab is None else [slab.exists(key) for key in keys]
 
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
-        slab = self.slab(context.keyspace)
+        """Blank the keys' headers; keys of any key space (an operator's purge names them by storage key)."""
+        groups: dict[str, list[str]] = {}
         for key in keys:
-            slab.delete(key)
-        if self._fsync:
-            slab.sync()
+            groups.setdefault(keyspace_prefix_of(key) or context.keyspace.prefix, []).append(key)
+        for prefix, members in groups.items():
+            for slab in self._slabs.stored(prefix):  # the pages' slab and its record slabs
+                for key in members:
+                    slab.delete(key)
+                if self._fsync:
+                    slab.sync()
         return [True] * len(keys)
+
+    def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
+        """Pages of every slab below the path, from their slot headers, in key order."""
+        return list_slab_pages(self._root, prefix, cursor, limit)
 
     def clear_pages(self, prefixes: Sequence[str] | None = None) -> None:
         """Empty the slabs of the key spaces in ``prefixes`` (``None``: every slab file below the path).
@@ -207,27 +197,27 @@ class SlabBackend(Backend[SlabOptions]):
         A key space's slab holds the pages of all its ranks, so all of them go.
         """
         wanted = None if prefixes is None else tuple(prefixes)
-        with self._slabs_lock:
-            slabs = [s for p, s in self._slabs.items() if wanted is None or p in wanted]
+        slabs = [slab for slab in self.open_slabs() if wanted is None or slab.prefix.startswith(wanted)]
         done: set[str] = set()
         for slab in slabs:
             slab.clear()
             done.update(file.path for file in slab.files)
-        for entry in os.scandir(self._root):
-            name = entry.name
-            if SLAB_FILE_MARK not in name or name.startswith(".") or entry.path in done:
-                continue
+        for name, paths in slab_prefixes(self._root).items():
             if wanted is not None and not name.startswith(wanted):
                 continue
-            if entry.is_file(follow_symlinks=False):
-                _blank_slab_file(entry.path)
+            for path in paths:
+                if path not in done:
+                    _blank_slab_file(path)
+            remove_if_unused(self._root, name)
 
     def release(self) -> None:
+        """Close every slab; those left empty that no other process has open are removed from the disk."""
         self._io.close()
-        with self._slabs_lock:
-            for slab in self._slabs.values():
-                slab.close()
-            self._slabs.clear()
+        for name in self._slabs.close():
+            try:
+                remove_if_unused(self._root, name)
+            except OSError as error:
+                self._counters.note(f"could not remove the empty slab of {name!r}: {error}")
 
 
 def _waves(slab: Slab, keys: Sequence[str]) -> list[list[int]]:
@@ -247,14 +237,18 @@ def _waves(slab: Slab, keys: Sequence[str]) -> list[list[int]]:
 
 
 def _blank_slab_file(path: str) -> None:
-    """Empty a slab file this instance does not have open (skipped when it is not a valid slab file)."""
+    """Empty a slab file this instance does not have open; a file of an earlier layout is removed, one
+    that is no slab file is left alone."""
     try:
         fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return
     try:
         try:
-            geometry, _index, _tag = parse_superblock(os.pread(fd, 4096, 0))
+            geometry, _index, _tag = parse_superblock(os.pread(fd, SUPERBLOCK_SIZE, 0))
+        except LegacyLayoutError:
+            os.unlink(path)
+            return
         except SuperblockError:
             return
         blank_headers(fd, geometry)

@@ -12,10 +12,11 @@ needs), and a 512 KiB slot on a 512 KiB one (one large folio in the page cache).
 file ``s % files`` as local set ``s // files``; the headers of one set are contiguous (one small
 ``pread`` finds a key), its slots too.
 
-Slot header (64 bytes, little-endian)::
+Slot header (256 bytes, little-endian)::
 
-    magic "HSLT" | version u8 | state u8 | reserved u16 | length u64 | seq u64
-    | key digest 16 B | payload checksum u64 | writer u64 | header check u64
+    magic "HSLT" | version u8 | state u8 | key length u16 | length u64 | seq u64
+    | key digest 16 B | payload checksum u64 | writer u64
+    | authentication record 56 B | storage key 136 B | header check u64
 
 - ``key digest``: BLAKE2b-128 of the full storage key; the set is chosen by its first 8 bytes.
 - ``payload checksum``: XXH3-64 of the page bytes seeded with the digest's last 8 bytes, so a payload
@@ -23,9 +24,15 @@ Slot header (64 bytes, little-endian)::
 - ``seq``: a write's generation (nanoseconds since the epoch, raised above every seq in the set):
   the newest committed copy of a key wins, and the oldest slot of a set is the eviction victim.
 - ``writer``: who claimed the slot (random per instance, plus a counter), to notice a lost claim.
-- ``header check``: XXH3-64 of the first 56 bytes; a torn or damaged header fails it.
+- ``authentication record``: with an integrity secret, the record header of
+  :class:`~hicache_storage.plugin.page_format.RecordCodec` (its HMAC tag covers the key and the
+  payload); zeros without one.
+- ``storage key`` (``key length`` bytes of it; 0 for a key longer than :data:`MAX_KEY_BYTES`, which is
+  stored and read as any other but not listed): what a listing of the slab returns.
+- ``header check``: XXH3-64 of the first 248 bytes; a torn or damaged header fails it.
 
-An all-zero header is an empty slot (a fresh, fallocated file reads as zeros).
+An all-zero header is an empty slot (a fresh, fallocated file reads as zeros). Files of layout
+version 1 (64-byte headers, no keys) are refused with :class:`LegacyLayoutError`.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ __all__ = [
     "DAMAGED",
     "EMPTY",
     "ENTRY_SIZE",
+    "MAX_KEY_BYTES",
+    "LegacyLayoutError",
     "SUPERBLOCK_SIZE",
     "WRITING",
     "Entry",
@@ -67,11 +76,17 @@ __all__ = [
 ]
 
 BLOCK = 4096
-ENTRY_SIZE = 64
+ENTRY_SIZE = 256
+#: Longest storage key (UTF-8 bytes) a slot header names; longer keys are stored but not listed.
+MAX_KEY_BYTES = 136
+#: Size of the authentication record field (a ``RecordCodec`` header).
+AUTH_BYTES = 56
 SUPERBLOCK_SIZE = BLOCK
 #: Largest alignment of the slot area (see :func:`_slot_alignment`).
 SLOT_ALIGN_MAX = 2 << 20
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The layout before storage keys and authentication records went into the slot headers.
+LEGACY_VERSION = 1
 
 EMPTY = 0
 WRITING = 1
@@ -79,7 +94,7 @@ COMMITTED = 2
 #: Not a stored state: what :func:`decode_entry` reports for a header that is neither blank nor valid.
 DAMAGED = 255
 
-_ENTRY = struct.Struct("<4sBBHQQ16sQQ")
+_ENTRY = struct.Struct(f"<4sBBHQQ16sQQ{AUTH_BYTES}s{MAX_KEY_BYTES}s")
 _CHECK = struct.Struct("<Q")
 _ENTRY_MAGIC = b"HSLT"
 _BLANK = bytes(ENTRY_SIZE)
@@ -127,6 +142,8 @@ class Entry(NamedTuple):
     digest: bytes = b""
     checksum: int = 0
     writer: int = 0
+    auth: bytes = b""
+    key: bytes = b""
 
 
 _EMPTY_ENTRY = Entry(EMPTY)
@@ -135,36 +152,42 @@ _VALID_STATES = frozenset((EMPTY, WRITING, COMMITTED))
 _unpack_body = _ENTRY.unpack_from
 _unpack_check = _CHECK.unpack_from
 _check_of = xxhash.xxh3_64_intdigest
-_iter_headers = struct.Struct("<4sBBHQQ16sQQQ").iter_unpack
+_iter_headers = struct.Struct(f"<4sBBHQQ16sQQ{AUTH_BYTES}s{MAX_KEY_BYTES}sQ").iter_unpack
 _new_entry = tuple.__new__
 #: Offset of the key digest in a slot header.
 _DIGEST_AT = 24
 
 
-def encode_entry(state: int, length: int, seq: int, digest: bytes, *, checksum: int, writer: int) -> bytes:
-    """The 64 header bytes of a slot."""
-    body = _ENTRY.pack(_ENTRY_MAGIC, FORMAT_VERSION, state, 0, length, seq, digest, checksum, writer)
+def encode_entry(
+    state: int, length: int, seq: int, digest: bytes, *, checksum: int, writer: int, key: bytes = b"", auth: bytes = b""
+) -> bytes:
+    """The :data:`ENTRY_SIZE` header bytes of a slot (``key`` is dropped when longer than :data:`MAX_KEY_BYTES`)."""
+    if len(key) > MAX_KEY_BYTES:
+        key = b""
+    if len(auth) not in (0, AUTH_BYTES):
+        raise ValueError(f"an authentication record is {AUTH_BYTES} bytes, got {len(auth)}")
+    body = _ENTRY.pack(_ENTRY_MAGIC, FORMAT_VERSION, state, len(key), length, seq, digest, checksum, writer, auth, key)
     return body + _CHECK.pack(xxhash.xxh3_64_intdigest(body))
 
 
 def decode_entry(raw: bytes, offset: int = 0) -> Entry:
-    """Decode the 64 header bytes at ``offset`` of ``raw``; blank is :data:`EMPTY`, anything invalid :data:`DAMAGED`."""
+    """Decode the header at ``offset`` of ``raw``; blank is :data:`EMPTY`, anything invalid :data:`DAMAGED`."""
     end = offset + ENTRY_SIZE
     if raw[offset:end] == _BLANK:
         return _EMPTY_ENTRY
     if _unpack_check(raw, offset + _ENTRY.size)[0] != _check_of(raw[offset : offset + _ENTRY.size]):
         return _DAMAGED_ENTRY
-    magic, version, state, _reserved, length, seq, digest, checksum, writer = _unpack_body(raw, offset)
-    if magic != _ENTRY_MAGIC or version != FORMAT_VERSION or state not in _VALID_STATES:
+    magic, version, state, key_length, length, seq, digest, checksum, writer, auth, key = _unpack_body(raw, offset)
+    if magic != _ENTRY_MAGIC or version != FORMAT_VERSION or state not in _VALID_STATES or key_length > MAX_KEY_BYTES:
         return _DAMAGED_ENTRY
-    return Entry(state, length, seq, digest, checksum, writer)
+    return Entry(state, length, seq, digest, checksum, writer, auth, key[:key_length])
 
 
 def decode_set(raw: bytes, ways: int) -> list[Entry]:
     """Every header of a set read in one piece (what :func:`decode_entry` gives for each, in one pass)."""
     entries: list[Entry] = []
     offset = 0
-    for magic, version, state, _reserved, length, seq, digest, checksum, writer, check in _iter_headers(
+    for magic, version, state, key_length, length, seq, digest, checksum, writer, auth, key, check in _iter_headers(
         raw[: ways * ENTRY_SIZE]
     ):
         if magic != _ENTRY_MAGIC:
@@ -172,11 +195,12 @@ def decode_set(raw: bytes, ways: int) -> list[Entry]:
         elif (
             version != FORMAT_VERSION
             or state not in _VALID_STATES
+            or key_length > MAX_KEY_BYTES
             or check != _check_of(raw[offset : offset + _ENTRY.size])
         ):
             entries.append(_DAMAGED_ENTRY)
         else:
-            entries.append(_new_entry(Entry, (state, length, seq, digest, checksum, writer)))
+            entries.append(_new_entry(Entry, (state, length, seq, digest, checksum, writer, auth, key[:key_length])))
         offset += ENTRY_SIZE
     return entries
 
@@ -274,6 +298,10 @@ class SuperblockError(ValueError):
     """A slab file's superblock is missing, damaged, or describes another slab."""
 
 
+class LegacyLayoutError(SuperblockError):
+    """A slab file of an earlier layout version (see :data:`LEGACY_VERSION`)."""
+
+
 def encode_superblock(geometry: Geometry, file_index: int, tag: bytes) -> bytes:
     """The superblock of file ``file_index`` (padded to :data:`SUPERBLOCK_SIZE`)."""
     body = _SUPER.pack(
@@ -309,6 +337,8 @@ def parse_superblock(raw: bytes) -> tuple[Geometry, int, bytes]:
     if check != xxhash.xxh3_64_intdigest(body):
         raise SuperblockError("superblock check failed")
     magic, version, index, files, ways, sets, page_bytes, slot_bytes, _hdr, _data, _size, tag = _SUPER.unpack(body)
+    if magic == _SUPER_MAGIC and version == LEGACY_VERSION:
+        raise LegacyLayoutError(f"slab file of layout version {LEGACY_VERSION} (this version: {FORMAT_VERSION})")
     if magic != _SUPER_MAGIC or version != FORMAT_VERSION:
         raise SuperblockError("not a slab file of this format")
     geometry = Geometry(page_bytes, slot_bytes, ways, sets, files)

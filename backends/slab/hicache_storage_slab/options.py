@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_storage.plugin import ConfigError, resolve_directory
+from hicache_storage.plugin.page_format import IntegrityOptions
 
 __all__ = ["MAX_WAYS", "PATH_ENV", "SlabOptions", "resolve_root"]
 
@@ -17,7 +18,7 @@ MAX_WAYS = 64
 
 
 @dataclass(frozen=True)
-class SlabOptions:
+class SlabOptions(IntegrityOptions):
     """``path``: directory of the slab files (default: ``$HICACHE_SLAB_PATH``); ``capacity_bytes``:
     size of the slab of each key space (pool), headers included, preallocated when the key space is
     first used; ``pool_capacity_bytes``: per pool name (``"kv"``, ``"mamba"``, ...) a size that replaces
@@ -29,7 +30,10 @@ class SlabOptions:
     batch durable before it is acknowledged (payloads synced before any header commits them);
     ``zero_fill``: write zeros over a new slab once when it is created, so no slot is a fallocated
     ("unwritten") block the file system must convert on its first write (slower creation, full speed
-    from the first write; without it the first pass over the slab runs slower)."""
+    from the first write; without it the first pass over the slab runs slower);
+    ``integrity_secret_env`` / ``integrity_secret_file``: where the secret that authenticates pages is
+    (see :class:`~hicache_storage.plugin.page_format.IntegrityOptions`): every page then carries an
+    HMAC tag over its key and bytes in its slot header, and a page without a valid one reads as a miss."""
 
     path: str | None = None
     capacity_bytes: int = 1 << 30

@@ -12,13 +12,12 @@ __all__ = ["SlotStore"]
 
 
 class SlotStore:
-    """The record a read of a storage key would use: its 64-byte slot header, then the page bytes.
+    """The record a read of a storage key would use: its slot header (``ENTRY_SIZE`` bytes), then the page bytes.
 
     ``get(key)`` returns it (``None`` when no committed copy is found, whatever its bytes hold);
     ``store[key] = data`` writes ``data`` over it in place, header first, the rest zero-filled (to
     damage or truncate a page); ``pop(key)`` blanks the key's headers. Only keys of key spaces
-    ``backend`` has opened are found. Not a full mapping: the slots hold key digests, not keys, so
-    there is nothing to iterate.
+    ``backend`` has opened are found. Not a full mapping (the backend's ``list_stored`` lists keys).
     """
 
     def __init__(self, backend: SlabBackend) -> None:

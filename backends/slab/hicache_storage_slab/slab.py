@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import xxhash
 
+from hicache_storage.plugin.page_format import PageRecordError, RecordCodec
+
 from .layout import (
     COMMITTED,
     DAMAGED,
@@ -53,7 +55,7 @@ from .layout import (
 from .page_io import DirectRefused, direct_aligned, page_checksum, read_hashed, write_hashed
 from .slab_files import Bump, SlabFile, attach_direct, open_files
 
-__all__ = ["CLAIM_WAIT_S", "Slab", "WritePlan", "blank_headers"]
+__all__ = ["CLAIM_WAIT_S", "Slab", "WritePlan", "blank_headers", "committed_entries"]
 
 _BLANK = bytes(ENTRY_SIZE)
 _DAMAGED_ENTRY_STATE = DAMAGED
@@ -93,8 +95,10 @@ class Slab:
         durable: bool,
         bump: Bump,
         zero_fill: bool = False,
+        codec: RecordCodec | None = None,
     ) -> None:
         self.root = root
+        self._codec = codec if codec is not None and codec.authenticated else None
         self.prefix = prefix
         self.geometry = geometry
         self._bump = bump
@@ -220,7 +224,10 @@ class Slab:
         except BaseException:
             self.finish(plan)
             raise
-        plan.commit = encode_entry(COMMITTED, length, seq, digest, checksum=checksum, writer=self._writer_id())
+        auth = b"" if self._codec is None else self._codec.header(key, page)
+        plan.commit = encode_entry(
+            COMMITTED, length, seq, digest, checksum=checksum, writer=self._writer_id(), key=key.encode(), auth=auth
+        )
         return plan
 
     def finish(self, plan: WritePlan) -> None:
@@ -304,10 +311,19 @@ class Slab:
             self._bump("integrity_failures")
             return False
         checksum = self._read_payload(file, self._slot(local_set, way), page, length, digest)
-        if checksum != entry.checksum:
+        if checksum != entry.checksum or (self._codec is not None and not self._authentic(entry, key, page)):
             self._bump("integrity_failures")
             return False
         return True
+
+    def _authentic(self, entry: Entry, key: str, page: Sequence[memoryview]) -> bool:
+        """Whether the page carries a valid tag of the integrity secret (a page written without it does not)."""
+        assert self._codec is not None
+        try:
+            parsed = self._codec.check_header(entry.auth, key, entry.length)
+        except PageRecordError:
+            return False
+        return self._codec.tag_ok(parsed, key, page)
 
     def _read_payload(
         self, file: SlabFile, offset: int, page: Sequence[memoryview], length: int, digest: bytes
@@ -340,6 +356,11 @@ class Slab:
         way = found[0]
         return file, set_offset + way * ENTRY_SIZE, self._slot(local_set, way)
 
+    # ------------------------------------------------------------ listing
+    def committed(self) -> list[Entry]:
+        """Every committed header of the slab (file by file; a key may appear twice while a rewrite settles)."""
+        return [entry for file in self.files for entry in committed_entries(file.fd, self.geometry)]
+
     # ------------------------------------------------------------ removal
     def delete(self, key: str) -> None:
         """Blank every header of ``key`` in its set (committed or being written)."""
@@ -361,6 +382,20 @@ class Slab:
     def close(self) -> None:
         for file in self.files:
             file.close()
+
+
+def committed_entries(fd: int, geometry: Geometry) -> list[Entry]:
+    """The committed headers of one slab file, read in pieces of at most 1 MiB."""
+    begin, end = geometry.header_offset, geometry.header_offset + geometry.sets_per_file * geometry.ways * ENTRY_SIZE
+    step = max(ENTRY_SIZE, (1 << 20) // ENTRY_SIZE * ENTRY_SIZE)
+    found: list[Entry] = []
+    for offset in range(begin, end, step):
+        size = min(step, end - offset)
+        raw = os.pread(fd, size, offset)
+        if len(raw) != size:
+            raise OSError(errno.EIO, f"short read of slot headers at offset {offset}")
+        found.extend(entry for entry in decode_set(raw, size // ENTRY_SIZE) if entry.state == COMMITTED)
+    return found
 
 
 def blank_headers(fd: int, geometry: Geometry) -> None:

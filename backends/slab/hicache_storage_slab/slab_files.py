@@ -12,7 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .header_map import HeaderIO, open_headers
-from .layout import BLOCK, SUPERBLOCK_SIZE, Geometry, SuperblockError, decode_superblock, encode_superblock
+from .layout import (
+    BLOCK,
+    SUPERBLOCK_SIZE,
+    Geometry,
+    LegacyLayoutError,
+    SuperblockError,
+    decode_superblock,
+    encode_superblock,
+    parse_superblock,
+)
 
 __all__ = [
     "SLAB_FILE_MARK",
@@ -22,6 +31,7 @@ __all__ = [
     "fsync_directory",
     "no_readahead",
     "open_files",
+    "remove_if_unused",
     "slab_file_name",
 ]
 
@@ -65,15 +75,21 @@ def open_files(
     """Open the slab's files, creating (or re-creating) under an advisory lock those that do not fit.
 
     ``durable``: sync a new file and its directory entry (otherwise a crash may lose a new, empty slab,
-    which is then simply created again).
+    which is then simply created again). A file of an earlier layout raises :class:`LegacyLayoutError`
+    (nothing is replaced). When a file cannot be made (``ENOSPC``, ...), the files this call created
+    are removed again, and the lock file too when no slab file of ``prefix`` is left. The open slab
+    holds a shared ``flock`` on its first file (see :func:`remove_if_unused`).
     """
     files: list[SlabFile] = []
-    lock_fd = os.open(os.path.join(root, f"{prefix}slab.lock"), os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o600)
+    created: list[str] = []
+    lock_path = os.path.join(root, f"{prefix}slab.lock")
+    lock_fd = _creation_lock(lock_path)
     try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)  # creation only: page I/O never takes it
         for index in range(geometry.files):
             path = os.path.join(root, slab_file_name(prefix, index))
-            fd = _open_or_create(path, geometry, index, tag, durable=durable, zero_fill=zero_fill, bump=bump)
+            fd = _open_or_create(
+                path, geometry, index, tag, durable=durable, zero_fill=zero_fill, bump=bump, created=created
+            )
             no_readahead(fd)
             try:
                 headers = open_headers(fd, geometry.data_offset, bump)
@@ -85,17 +101,104 @@ def open_files(
         while os.path.exists(os.path.join(root, slab_file_name(prefix, surplus))):
             os.unlink(os.path.join(root, slab_file_name(prefix, surplus)))  # left over from a larger slab
             surplus += 1
+        fcntl.flock(files[0].fd, fcntl.LOCK_SH)  # "in use", until the descriptor closes
     except BaseException:
         for file in files:
             file.close()
+        for path in created:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if not os.path.exists(os.path.join(root, slab_file_name(prefix, 0))):
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path)
         raise
     finally:
         os.close(lock_fd)  # releases the lock
     return files
 
 
+def _creation_lock(lock_path: str) -> int:
+    """A descriptor of ``lock_path`` holding its exclusive ``flock`` (retried when the file was removed
+    and created again while this process waited for it)."""
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # creation and removal only: page I/O never takes it
+            with contextlib.suppress(FileNotFoundError):
+                if os.path.samestat(os.fstat(fd), os.stat(lock_path)):
+                    return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def remove_if_unused(root: str, prefix: str) -> bool:
+    """Remove the slab of ``prefix`` (its files and lock file) if it holds nothing and no process has it open
+    (a lock file without slab files goes too).
+
+    "Holds nothing": every slot header is blank (a deleted, evicted-and-deleted or cleared slab).
+    "Open": an open slab holds a shared ``flock`` on its first file, so the exclusive one is refused.
+    Returns whether the files were removed.
+    """
+    lock_path = os.path.join(root, f"{prefix}slab.lock")
+    if not os.path.exists(lock_path) and not os.path.exists(os.path.join(root, slab_file_name(prefix, 0))):
+        return False
+    lock_fd = _creation_lock(lock_path)
+    try:
+        paths: list[str] = []
+        while os.path.exists(os.path.join(root, slab_file_name(prefix, len(paths)))):
+            paths.append(os.path.join(root, slab_file_name(prefix, len(paths))))
+        if paths and (not _unused(paths[0]) or not all(_blank(path) for path in paths)):
+            return False
+        for path in paths:
+            os.unlink(path)
+        os.unlink(lock_path)
+        return True
+    finally:
+        os.close(lock_fd)
+
+
+def _unused(path: str) -> bool:
+    fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _blank(path: str) -> bool:
+    """Whether ``path`` is a slab file of this layout whose slot headers are all blank."""
+    fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    try:
+        try:
+            geometry, _index, _tag = parse_superblock(os.pread(fd, SUPERBLOCK_SIZE, 0))
+        except SuperblockError:
+            return False
+        offset, end = geometry.header_offset, geometry.data_offset
+        while offset < end:
+            raw = os.pread(fd, min(1 << 20, end - offset), offset)
+            if not raw or raw.count(0) != len(raw):
+                return False
+            offset += len(raw)
+        return True
+    finally:
+        os.close(fd)
+
+
 def _open_or_create(
-    path: str, geometry: Geometry, index: int, tag: bytes, *, durable: bool, zero_fill: bool, bump: Bump
+    path: str,
+    geometry: Geometry,
+    index: int,
+    tag: bytes,
+    *,
+    durable: bool,
+    zero_fill: bool,
+    bump: Bump,
+    created: list[str],
 ) -> int:
     try:
         fd = os.open(path, os.O_RDWR | _CLOEXEC)
@@ -103,10 +206,13 @@ def _open_or_create(
         pass
     else:
         try:
+            decode_superblock(os.pread(fd, SUPERBLOCK_SIZE, 0), geometry, index, tag)
             if os.fstat(fd).st_size >= geometry.file_size:
-                decode_superblock(os.pread(fd, SUPERBLOCK_SIZE, 0), geometry, index, tag)
                 return fd
             bump("slabs_replaced")
+        except LegacyLayoutError:
+            os.close(fd)
+            raise
         except SuperblockError:
             bump("slabs_replaced")
         os.close(fd)
@@ -121,6 +227,7 @@ def _open_or_create(
         if durable:
             os.fsync(fd)
         os.replace(temp, path)
+        created.append(path)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):

@@ -25,8 +25,9 @@ def make_pool(num_pages: int = 16, **kwargs: Any) -> HostKVPool:
 
 
 def make_backend(root: Path | str, pool: HostKVPool | None = None, **options: Any) -> HiCacheStorage:
-    """Storage over a slab backend below ``root`` (4 MiB per key space unless given), resilience off, a pool."""
-    extra = {"path": str(root), "resilience": False, "capacity_bytes": 4 << 20, **options}
+    """Storage over a slab backend below ``root`` (4 MiB per key space unless given), resilience off, no
+    manifest (its records would open a second slab beside the pages'), a pool."""
+    extra = {"path": str(root), "resilience": False, "capacity_bytes": 4 << 20, "manifests": False, **options}
     return kit.make_backend(SlabBackend, extra, pool if pool is not None else make_pool())
 
 

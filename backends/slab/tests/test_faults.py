@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from hicache_storage_slab import SlabBackend
-from slab_support import indices, make_backend, make_pool, page_bytes, slab_backend
+from slab_support import indices, kv_slab, make_backend, make_pool, page_bytes, slab_backend
 
 from hicache_storage import BackendFault, ConfigError, HiCacheStorage, KeySpace, make_config
 from hicache_storage import testing as kit
@@ -47,7 +47,19 @@ def test_disk_full_at_preallocation_is_a_config_error(tmp_path: Path) -> None:
             backend.register_mem_pool_host(make_pool())
         assert caught.value.option == "extra_config.capacity_bytes"
         assert "free space" in str(caught.value) and "No space left" in str(caught.value)
-        assert _leftovers(mount) == []  # the partial file is gone
+        assert sorted(p.name for p in mount.iterdir()) == []  # the partial file is gone, and the lock file
+        backend.close()
+
+
+def test_a_preallocation_that_fails_part_way_removes_every_file_it_made(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "small", "3m") as mount:  # the first two 1 MiB files fit, the rest does not
+        config = make_config("m", extra_config={"path": str(mount), "capacity_bytes": 6 << 20, "file_bytes": 1 << 20})
+        backend = HiCacheStorage(SlabBackend, config)
+        with pytest.raises(ConfigError) as caught:
+            backend.register_mem_pool_host(make_pool())
+        assert caught.value.option == "extra_config.capacity_bytes"
+        assert backend.stats.get("slabs_created") >= 1  # some files were made before the disk filled
+        assert sorted(p.name for p in mount.iterdir()) == []  # and none is left, nor the lock file
         backend.close()
 
 
@@ -126,7 +138,7 @@ def test_scribbled_slab_bytes_never_read_as_data(tmp_path: Path) -> None:
     backend = make_backend(tmp_path, pool, capacity_bytes=1 << 20)
     keys = kit.random_keys(24)
     assert backend.batch_set_v1(keys, indices(0, 24)) == [True] * 24
-    (file,) = slab_backend(backend).slab_files()
+    (file,) = kv_slab(backend).files
     size = os.fstat(file.fd).st_size
     rng = random.Random(5)
     for _ in range(2000):  # random bytes over random places: headers, payloads, padding

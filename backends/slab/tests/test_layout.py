@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
-from hicache_storage_slab import SlabOptions
+from hicache_storage_slab import SlabOptions, layout
 from hicache_storage_slab.layout import (
     BLOCK,
     COMMITTED,
@@ -22,8 +25,10 @@ from hicache_storage_slab.layout import (
     payload_checksum,
     space_tag,
 )
+from slab_support import indices, make_backend, make_pool, slab_backend
 
 from hicache_storage import ConfigError
+from hicache_storage import testing as kit
 
 MIB = 1 << 20
 
@@ -140,3 +145,27 @@ def test_pool_capacity_overrides_the_default() -> None:
     options = SlabOptions(capacity_bytes=8 * MIB, pool_capacity_bytes={"mamba": 2 * MIB})
     assert options.capacity_for("mamba") == 2 * MIB
     assert options.capacity_for("kv") == 8 * MIB
+
+
+def test_slab_files_of_the_earlier_layout_are_refused_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patched:  # a slab written by the version-1 layout
+        patched.setattr(layout, "FORMAT_VERSION", layout.LEGACY_VERSION)
+        old = make_backend(tmp_path)
+        old.close()
+    (name,) = [n for n in os.listdir(tmp_path) if "slab-" in n]
+    with pytest.raises(ConfigError) as caught:
+        make_backend(tmp_path)
+    assert caught.value.option == "extra_config.path"
+    message = str(caught.value)
+    assert "earlier layout" in message and f"rm {tmp_path}/" in message and name.endswith("slab-0")
+    assert name in os.listdir(tmp_path)  # refused, not replaced
+    cleaner = make_backend(tmp_path, make_pool(layout="layer_first"))  # another key space
+    slab_backend(cleaner).clear_pages(None)  # every page below the path: the old files go too
+    cleaner.close()
+    assert os.listdir(tmp_path) == []
+    fresh = make_backend(tmp_path)
+    keys = kit.random_keys(2)
+    assert fresh.batch_set_v1(keys, indices(0, 2)) == [True, True]
+    fresh.close()

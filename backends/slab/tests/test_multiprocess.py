@@ -39,7 +39,7 @@ def _start(mode: str, spec: dict[str, Any]) -> subprocess.Popen[str]:
 
 # ----------------------------------------------------------------------------- racing writers
 #: 2 sets x 4 slots of 64 KiB pages, 10 keys: every set is fought over all the time.
-HAMMER_OPTIONS: dict[str, Any] = {"capacity_bytes": 600_000, "ways": 4, "io_threads": 2}
+HAMMER_OPTIONS: dict[str, Any] = {"capacity_bytes": 620_000, "ways": 4, "io_threads": 2}
 HAMMER_SECONDS = 2.0
 
 

@@ -253,7 +253,7 @@ def test_a_damaged_superblock_replaces_the_slab(tmp_path: Path) -> None:
     backend = make_backend(tmp_path)
     keys = kit.random_keys(3)
     assert backend.batch_set_v1(keys, indices(0, 3)) == [True] * 3
-    (path,) = [f.path for f in slab_backend(backend).slab_files()]
+    (path,) = [f.path for f in kv_slab(backend).files]
     backend.close()
     with open(path, "r+b") as handle:
         handle.seek(40)
@@ -336,8 +336,9 @@ def test_pages_move_straight_between_host_memory_and_the_file(tmp_path: Path, mo
     assert read_back(backend, keys, 4) == [True] * 3
     expected_writes = [[_address(s) for s in pool.page_segments(p * pool.page_size)] for p in range(3)]
     expected_reads = [[_address(s) for s in pool.page_segments(p * pool.page_size)] for p in range(4, 7)]
-    writes = [[_address(memoryview(b)) for b in args[0]] for _fd, (args, _t) in calls.of("pwritev")]
-    reads = [[_address(memoryview(b)) for b in args[0]] for _fd, (args, _t) in calls.of("preadv")]
+    kv_fds = {file.fd for file in kv_slab(backend).files}  # not the manifest's slab
+    writes = [[_address(memoryview(b)) for b in args[0]] for fd, (args, _t) in calls.of("pwritev") if fd in kv_fds]
+    reads = [[_address(memoryview(b)) for b in args[0]] for fd, (args, _t) in calls.of("preadv") if fd in kv_fds]
     assert writes == expected_writes  # the page's own segments, no staging buffer
     assert reads == expected_reads
     backend.close()
@@ -459,7 +460,7 @@ def test_direct_io_moves_aligned_pages_and_buffers_the_rest(tmp_path: Path, monk
     space = ctx.keyspace
     if not slabs.slab(space).direct_io:
         pytest.skip(f"O_DIRECT is not supported where {tmp_path} lives")
-    (file,) = slabs.slab_files()
+    (file,) = kv_slab(backend).files
     assert file.direct_fd is not None
     size = space.page_bytes
     assert size % 4096 != 0  # a 768-byte page: the pool's pages are never moved with O_DIRECT

@@ -64,6 +64,7 @@ class LifecycleTests:
                     f"{name} after close()", "a ValueError subclass", f"{type(exc).__name__}: {exc}"
                 ) from exc
             raise Mismatch(f"{name} after close()", "a ValueError subclass raised", f"it returned {result!r}")
+        harness.open(config=handle.config)  # an open instance on the store, so the clean-up removes the page
 
     def test_lifecycle_reopen_same_config(self, harness: Harness) -> None:
         """A second instance on the same config, after the first is closed, writes and reads pages."""
