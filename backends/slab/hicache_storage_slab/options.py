@@ -31,6 +31,9 @@ class SlabOptions(IntegrityOptions):
     ``zero_fill``: write zeros over a new slab once when it is created, so no slot is a fallocated
     ("unwritten") block the file system must convert on its first write (slower creation, full speed
     from the first write; without it the first pass over the slab runs slower);
+    ``read_recency_s``: a read hit on a page that has not been made recent for this many seconds makes it
+    recent again (one header store), so a set replaces its least recently *used* page; ``None``: reads
+    never write, a set replaces its least recently written page;
     ``integrity_secret_env`` / ``integrity_secret_file``: where the secret that authenticates pages is
     (see :class:`~hicache_storage.plugin.page_format.IntegrityOptions`): every page then carries an
     HMAC tag over its key and bytes in its slot header, and a page without a valid one reads as a miss."""
@@ -38,12 +41,13 @@ class SlabOptions(IntegrityOptions):
     path: str | None = None
     capacity_bytes: int = 1 << 30
     pool_capacity_bytes: dict[str, int] | None = None
-    ways: int = 8
+    ways: int = 64
     file_bytes: int = 64 << 30
     io_threads: int | None = None
     direct_io: bool = False
     fsync: bool = False
     zero_fill: bool = False
+    read_recency_s: float | None = 1.0
 
     def __post_init__(self) -> None:
         if self.path is not None and not self.path.strip():
@@ -59,6 +63,12 @@ class SlabOptions(IntegrityOptions):
             raise ConfigError("extra_config.ways", f"must be in [1, {MAX_WAYS}], got {self.ways}")
         if self.file_bytes < 1 << 20:
             raise ConfigError("extra_config.file_bytes", f"must be at least 1 MiB, got {self.file_bytes}")
+        if self.read_recency_s is not None and (
+            isinstance(self.read_recency_s, bool) or not 0 <= self.read_recency_s <= 3600
+        ):
+            raise ConfigError(
+                "extra_config.read_recency_s", f"must be seconds in [0, 3600] or null, got {self.read_recency_s!r}"
+            )
         if self.io_threads is not None and not 1 <= self.io_threads <= 32:
             raise ConfigError("extra_config.io_threads", f"must be in [1, 32] or null, got {self.io_threads}")
 

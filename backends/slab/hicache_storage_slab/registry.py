@@ -135,6 +135,7 @@ class SlabRegistry:
                 zero_fill=options.zero_fill,
                 bump=self._counters.bump,
                 codec=self._codec,
+                touch_after_s=options.read_recency_s,
             )
         except LegacyLayoutError:
             raise ConfigError(

@@ -37,7 +37,6 @@ from hicache_storage.plugin.page_format import PageRecordError, RecordCodec
 from .layout import (
     COMMITTED,
     DAMAGED,
-    EMPTY,
     ENTRY_SIZE,
     SUPERBLOCK_SIZE,
     WRITING,
@@ -53,6 +52,7 @@ from .layout import (
     space_tag,
 )
 from .page_io import DirectRefused, direct_aligned, page_checksum, read_hashed, write_hashed
+from .set_scan import SetScan
 from .slab_files import Bump, SlabFile, attach_direct, open_files
 
 __all__ = ["CLAIM_WAIT_S", "Slab", "WritePlan", "blank_headers", "committed_entries"]
@@ -96,8 +96,11 @@ class Slab:
         bump: Bump,
         zero_fill: bool = False,
         codec: RecordCodec | None = None,
+        touch_after_s: float | None = None,
     ) -> None:
         self.root = root
+        #: A read hit on a page last made recent this many nanoseconds ago or more makes it recent again.
+        self._touch_ns = None if touch_after_s is None else int(touch_after_s * 1e9)
         self._codec = codec if codec is not None and codec.authenticated else None
         self.prefix = prefix
         self.geometry = geometry
@@ -169,26 +172,24 @@ class Slab:
             deadline: float | None = None
             while True:
                 raw = self._read_set(file, set_offset)
-                entries = decode_set(raw, ways)
+                scan = SetScan(raw, ways)
                 busy = _busy_ways(pending, index, set_offset, ways) if pending else _NO_WAYS
-                copies = [w for w, e in enumerate(entries) if e.digest == digest and e.state == COMMITTED]
-                same: list[int] = []
+                copies = scan.copies(digest)
+                same: list[tuple[int, Entry]] = []
                 if copies:  # a rewrite: the same bytes can go in place, so hash them now
                     if checksum is None:
                         checksum = page_checksum(page, digest)
                     same = [
-                        w
-                        for w in copies
-                        if entries[w].checksum == checksum and entries[w].length == length and w not in busy
+                        (w, e) for w, e in copies if e.checksum == checksum and e.length == length and w not in busy
                     ]
-                way = max(same, key=lambda w: entries[w].seq) if same else _victim(entries, digest, busy)
+                way = max(same, key=lambda item: item[1].seq)[0] if same else scan.victim(digest, busy)
                 if way is not None:
                     break
                 # Every slot of the set is being written by this process: wait for one to commit.
                 now = time.monotonic()
                 deadline = now + CLAIM_WAIT_S if deadline is None else deadline
                 if now >= deadline:
-                    way = _victim(entries, digest, _NO_WAYS)
+                    way = scan.victim(digest, _NO_WAYS)
                     assert way is not None
                     break
                 self._waiting[stripe] += 1
@@ -196,12 +197,12 @@ class Slab:
                     condition.wait(deadline - now)
                 finally:
                     self._waiting[stripe] -= 1
-            seq = max(time.time_ns(), max([e.seq for e in entries]) + 1)
+            seq = max(time.time_ns(), scan.max_seq() + 1)
             header_offset = set_offset + way * ENTRY_SIZE
             if same:
                 seen = raw[way * ENTRY_SIZE : (way + 1) * ENTRY_SIZE]
             else:
-                if entries[way].state == COMMITTED and entries[way].digest != digest:
+                if scan.holds_other(way, digest):
                     self._bump("evictions")
                 seen = encode_entry(WRITING, length, seq, digest, checksum=0, writer=self._writer_id())
                 file.headers.write(header_offset, seen)
@@ -215,7 +216,7 @@ class Slab:
             seen,
             bool(same),
             b"",
-            [(set_offset + w * ENTRY_SIZE, entries[w].seq) for w in copies if w != way] if copies else [],
+            [(set_offset + w * ENTRY_SIZE, e.seq) for w, e in copies if w != way],
         )
         try:
             hashed = self._write_payload(file, self._slot(local_set, way), page, length, digest)
@@ -314,7 +315,31 @@ class Slab:
         if checksum != entry.checksum or (self._codec is not None and not self._authentic(entry, key, page)):
             self._bump("integrity_failures")
             return False
+        if self._touch_ns is not None and time.time_ns() - entry.seq >= self._touch_ns:
+            self._touch(file, SUPERBLOCK_SIZE + local_set * self._set_bytes + way * ENTRY_SIZE, raw, way, entry)
         return True
+
+    def _touch(self, file: SlabFile, header_offset: int, raw: bytes, way: int, entry: Entry) -> None:
+        """Make a page just read recent again (its ``seq`` becomes now), so replacement follows reads.
+
+        Stored only while the header still holds what the read saw: a header claimed, rewritten or
+        blanked meanwhile is left alone. (Between that check and the store another process may
+        change it; the store then brings back this same page of this same key, still checked on read.)
+        """
+        seen = raw[way * ENTRY_SIZE : (way + 1) * ENTRY_SIZE]
+        fresh = encode_entry(
+            COMMITTED,
+            entry.length,
+            max(time.time_ns(), entry.seq + 1),
+            entry.digest,
+            checksum=entry.checksum,
+            writer=entry.writer,
+            key=entry.key,
+            auth=entry.auth,
+        )
+        if file.headers.read(header_offset, ENTRY_SIZE) == seen:
+            file.headers.write(header_offset, fresh)
+            self._bump("read_touches")
 
     def _authentic(self, entry: Entry, key: str, page: Sequence[memoryview]) -> bool:
         """Whether the page carries a valid tag of the integrity secret (a page written without it does not)."""
@@ -414,26 +439,3 @@ def _busy_ways(pending: set[tuple[int, int]], index: int, set_offset: int, ways:
     """Ways of the set at ``set_offset`` of file ``index`` that this process has claimed and not committed."""
     end = set_offset + ways * ENTRY_SIZE
     return {(offset - set_offset) // ENTRY_SIZE for i, offset in pending if i == index and set_offset <= offset < end}
-
-
-def _victim(entries: Sequence[Entry], digest: bytes, busy: frozenset[int] | set[int]) -> int | None:
-    """Empty or damaged slot first, else the oldest slot holding another key (else the oldest).
-
-    Slots in ``busy`` are never chosen; ``None`` when every other slot is busy.
-    """
-    other: int | None = None
-    other_seq = 0
-    oldest: int | None = None
-    oldest_seq = 0
-    for way, entry in enumerate(entries):
-        if way in busy:
-            continue
-        state = entry.state
-        if state in (EMPTY, DAMAGED):
-            return way
-        seq = entry.seq
-        if oldest is None or seq < oldest_seq:
-            oldest, oldest_seq = way, seq
-        if entry.digest != digest and (other is None or seq < other_seq):
-            other, other_seq = way, seq
-    return other if other is not None else oldest

@@ -1,0 +1,68 @@
+"""Replacement within a set: the vectorised scan of a set's headers, and reads that make a page recent."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from hicache_storage_slab import SlabOptions
+from hicache_storage_slab.layout import COMMITTED, ENTRY_SIZE, WRITING, encode_entry, key_digest
+from hicache_storage_slab.set_scan import SetScan
+from slab_support import indices, kv_slab, make_backend, make_pool
+
+from hicache_storage import ConfigError, HiCacheStorage
+from hicache_storage import testing as kit
+
+
+def _header(state: int, seq: int, name: str) -> bytes:
+    return encode_entry(state, 4096, seq, key_digest(name), checksum=seq, writer=1, key=name.encode())
+
+
+def test_the_scan_prefers_a_blank_slot_then_the_least_recent_other_key() -> None:
+    digest = key_digest("mine")
+    raw = _header(COMMITTED, 30, "a") + _header(COMMITTED, 10, "mine") + bytes(ENTRY_SIZE) + _header(WRITING, 20, "b")
+    scan = SetScan(raw, 4)
+    assert scan.victim(digest, frozenset()) == 2  # blank
+    assert scan.victim(digest, {2}) == 3  # least recent of the other keys (a claim left by a dead writer)
+    assert scan.victim(digest, {2, 3}) == 0  # never this key's own copy while another key's slot is free
+    assert scan.victim(digest, {0, 2, 3}) == 1 and scan.victim(digest, {0, 1, 2, 3}) is None
+    assert [way for way, _entry in scan.copies(digest)] == [1] and scan.max_seq() == 30
+    assert scan.holds_other(0, digest) and not scan.holds_other(1, digest) and not scan.holds_other(2, digest)
+    damaged = bytearray(raw)
+    damaged[ENTRY_SIZE + 20] ^= 1  # the copy's header fails its check: no longer a copy
+    assert SetScan(bytes(damaged), 4).copies(digest) == []
+
+
+def _keys_in_one_set(backend: HiCacheStorage, count: int) -> list[str]:
+    space, slab = backend.pool_keyspace(), kv_slab(backend)
+    groups: dict[tuple[int, int], list[str]] = defaultdict(list)
+    for key in kit.random_keys(400 * count):
+        group = groups[slab.set_of(space.storage_key(key))]
+        group.append(key)
+        if len(group) == count:
+            return group
+    raise AssertionError("no set got enough keys")
+
+
+@pytest.mark.parametrize(("recency", "survivor"), [(0.0, 0), (None, 1)])
+def test_a_read_makes_a_page_recent_unless_reads_never_write(
+    tmp_path: Path, recency: float | None, survivor: int
+) -> None:
+    backend = make_backend(tmp_path, make_pool(), capacity_bytes=64 * 1024, ways=4, read_recency_s=recency)
+    keys = _keys_in_one_set(backend, 5)
+    for slot, key in enumerate(keys[:4]):
+        assert backend.batch_set_v1([key], indices(slot, 1)) == [True]
+    assert backend.batch_get_v1([keys[0]], indices(8, 1)) == [True]  # the oldest write, read again
+    assert backend.batch_set_v1([keys[4]], indices(4, 1)) == [True]  # the set is full: one page goes
+    evicted = 1 - survivor
+    assert backend.batch_exists_each(keys[:2]) == [evicted != 0, evicted != 1]
+    assert backend.stats.get("read_touches") == (1 if recency is not None else 0)
+    backend.close()
+
+
+def test_read_recency_must_be_seconds_or_null() -> None:
+    with pytest.raises(ConfigError) as caught:
+        SlabOptions(read_recency_s=-1)
+    assert caught.value.option == "extra_config.read_recency_s"
+    assert SlabOptions(read_recency_s=None).read_recency_s is None and SlabOptions().ways == 64
