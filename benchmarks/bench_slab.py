@@ -9,7 +9,7 @@ medians:
   (steady state of a full cache). The slab is created with ``zero_fill`` so its slots are written
   blocks, as every slot is after its first write (``--fresh-slab``: plain fallocated blocks, the
   first pass over a new slab). A key evicted by a later key of its own round reads as a miss
-  (counted in the results; rare with 8 slots per set).
+  (counted in the results; rare with 64 slots per set).
 - ``raw``: the physical baseline, ``os.pwritev`` of each page's segments into a preallocated file and
   ``os.preadv`` back into them (``RawSlab``, same thread count as the slab, readahead off like the
   slab's files): no header, no checksum, no index. Its file has the slab's footprint (four rounds
@@ -26,7 +26,7 @@ Pages are 512 KiB (MHA ``page_first`` bf16), in batches of ``--batch``. Per roun
 the reads with the page cache warm (the pages were just written), then the reads cold: before them
 every side's data is written back (``os.sync``) and dropped from the page cache with
 ``posix_fadvise(POSIX_FADV_DONTNEED)``: every page file of ``file`` and ``sglang``, the raw file,
-and the slot area of the slab files (the slot headers, 64 bytes per slot, stay cached as they do in
+and the slot area of the slab files (the slot headers, 256 bytes per slot, stay cached as they do in
 use, like the file backends' directory entries and inodes, which ``DONTNEED`` does not drop). Writes
 go to the page cache (``--fsync``: the slab, raw and file sides are durable before they return).
 
@@ -56,6 +56,7 @@ import torch
 from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_file import FileBackend
 from hicache_storage_slab import SlabBackend
+from hicache_storage_slab.layout import ENTRY_SIZE
 from hicache_storage_slab.raw_baseline import RawSlab
 from machine import describe
 
@@ -118,13 +119,15 @@ def build_sides(
     # slab: room for four rounds of pages; the warm-up fills it, so every timed write also evicts
     slab_options: dict[str, Any] = {
         "path": os.path.join(workdir, "slab"),
-        "capacity_bytes": SLAB_ROUNDS * args.pages * (page_bytes + 64) + (1 << 20),
+        "capacity_bytes": SLAB_ROUNDS * args.pages * (page_bytes + ENTRY_SIZE) + (1 << 20),
         "fsync": args.fsync,
         "zero_fill": not args.fresh_slab,
         "resilience": False,
     }
     if args.io_threads is not None:
         slab_options["io_threads"] = args.io_threads
+    if args.ways is not None:
+        slab_options["ways"] = args.ways
     slab = HiCacheStorage(SlabBackend, make_config("bench", extra_config=slab_options))
     slab.register_mem_pool_host(pool)
     slabs = slab.backend
@@ -276,6 +279,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeat", type=int, default=9, help="timed rounds; medians are reported")
     parser.add_argument("--io-threads", type=int, default=None, help="slab io_threads (default: its own)")
     parser.add_argument("--fsync", action="store_true", help="durable writes on the slab, raw and file sides")
+    parser.add_argument("--ways", type=int, default=None, help="slab ways (default: its own)")
     parser.add_argument("--fresh-slab", action="store_true", help="no zero_fill: a new slab's first pass")
     parser.add_argument("--dir", default=None, help="parent directory for the data (default: system temp dir)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
@@ -335,6 +339,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "repeat": args.repeat,
         "fsync": args.fsync,
         "fresh_slab": args.fresh_slab,
+        "slab_ways": args.ways,
         "slab_io_threads": info["slab_io_threads"],
         "file_io_threads": info["file_io_threads"],
         "sides": [side.name for side in sides],

@@ -230,7 +230,7 @@ def test_ratios_median_over_pairs_and_ratio_of_totals() -> None:
     assert totals["get"] == pytest.approx(25.0 / 5.0)
 
 
-@pytest.mark.parametrize("name", ["file", "sim", "redis", "s3", "fsspec"])
+@pytest.mark.parametrize("name", ["file", "slab", "sim", "redis", "s3", "fsspec"])
 def test_bench_leaves_nothing_behind_on_any_backend(tmp_path: Path, name: str) -> None:
     """Nothing the run wrote stays: no page, manifest, raw-baseline file, directory or key."""
     from operate_support import fill, options_for, store_contents

@@ -4,16 +4,21 @@ A write decides among every slot of its set: a committed copy of its key to rewr
 an empty or unreadable slot, else the least recent slot holding another key. Decoding and checking
 each header in Python costs about 1 µs per slot, which dominates the write of a small page at 64
 ways; :class:`SetScan` reads the fields it needs (magic, state, ``seq``, key digest) for all slots at
-once with NumPy and fully decodes (and checks) only the headers naming the writer's key.
+once with NumPy and fully decodes (and checks) only the headers naming the writer's key. For a
+few ways, decoding every header in Python is cheaper than NumPy's fixed cost per call (about 16 µs
+for a scan): :func:`scan_set` picks :class:`DecodedSet` up to :data:`DECODE_WAYS` ways.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .layout import COMMITTED, ENTRY_SIZE, Entry, decode_entry
+from .layout import COMMITTED, DAMAGED, EMPTY, ENTRY_SIZE, Entry, decode_entry, decode_set
 
-__all__ = ["SetScan"]
+__all__ = ["DECODE_WAYS", "DecodedSet", "SetScan", "scan_set"]
+
+#: Up to this many ways a set is decoded header by header (:class:`DecodedSet`), above it scanned with NumPy.
+DECODE_WAYS = 16
 
 _MAGIC = int.from_bytes(b"HSLT", "little")
 _FIELDS = np.dtype(
@@ -74,3 +79,44 @@ class SetScan:
         if not pool.size:
             return None
         return int(pool[int(np.argmin(fields["seq"][pool]))])
+
+
+class DecodedSet:
+    """What :class:`SetScan` answers, from every header of the set decoded and checked in Python."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, raw: bytes, ways: int) -> None:
+        self._entries = decode_set(raw, ways)
+
+    def copies(self, digest: bytes) -> list[tuple[int, Entry]]:
+        return [(w, e) for w, e in enumerate(self._entries) if e.state == COMMITTED and e.digest == digest]
+
+    def max_seq(self) -> int:
+        return max([e.seq for e in self._entries])
+
+    def holds_other(self, way: int, digest: bytes) -> bool:
+        entry = self._entries[way]
+        return entry.state == COMMITTED and entry.digest != digest
+
+    def victim(self, digest: bytes, busy: set[int] | frozenset[int]) -> int | None:
+        other: int | None = None
+        other_seq = 0
+        oldest: int | None = None
+        oldest_seq = 0
+        for way, entry in enumerate(self._entries):
+            if way in busy:
+                continue
+            if entry.state in (EMPTY, DAMAGED):
+                return way
+            seq = entry.seq
+            if oldest is None or seq < oldest_seq:
+                oldest, oldest_seq = way, seq
+            if entry.digest != digest and (other is None or seq < other_seq):
+                other, other_seq = way, seq
+        return other if other is not None else oldest
+
+
+def scan_set(raw: bytes, ways: int) -> SetScan | DecodedSet:
+    """The cheaper reader of a set of ``ways`` headers."""
+    return DecodedSet(raw, ways) if ways <= DECODE_WAYS else SetScan(raw, ways)

@@ -52,7 +52,7 @@ from .layout import (
     space_tag,
 )
 from .page_io import DirectRefused, direct_aligned, page_checksum, read_hashed, write_hashed
-from .set_scan import SetScan
+from .set_scan import scan_set
 from .slab_files import Bump, SlabFile, attach_direct, open_files
 
 __all__ = ["CLAIM_WAIT_S", "Slab", "WritePlan", "blank_headers", "committed_entries"]
@@ -172,7 +172,7 @@ class Slab:
             deadline: float | None = None
             while True:
                 raw = self._read_set(file, set_offset)
-                scan = SetScan(raw, ways)
+                scan = scan_set(raw, ways)
                 busy = _busy_ways(pending, index, set_offset, ways) if pending else _NO_WAYS
                 copies = scan.copies(digest)
                 same: list[tuple[int, Entry]] = []

@@ -46,3 +46,14 @@ def test_read_ceiling_reports_every_path(tmp_path: Path) -> None:
     assert set(result["us_per_page"]) == {f"{path} {threads}" for path in paths for threads in (1, 2)}
     assert all(value > 0 for value in result["us_per_page"].values())
     assert result["ratio_to_preadv"]["preadv 1"] == 1.0
+
+
+def test_first_pass_builds_new_stores_each_repetition(tmp_path: Path) -> None:
+    result = _run(
+        "bench_slab_first_pass.py", "--pages", "8", "--batch", "4", "--repeat", "3", "--writeback", tmp_path=tmp_path
+    )
+    assert len(result["ratios"]) == 3 and result["writeback"] is True
+    assert all(len(result["gbps"][side]) == 3 and min(result["gbps"][side]) > 0 for side in ("slab", "file"))
+    spread = result["ratio_slab_over_file"]
+    assert spread["min"] <= spread["median"] <= spread["max"]
+    assert all(seconds > 0 for seconds in result["creation_seconds"]["slab"])

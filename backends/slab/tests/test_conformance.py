@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 from hicache_storage_conformance import BackendConformance
@@ -42,3 +46,22 @@ def test_the_hooks_are_registered_under_the_backend_name() -> None:
     assert source == "entry point hicache_storage.conformance_hooks:slab"
     assert isinstance(getattr(hooks, "inner", None), SlabHooks)
     assert "read_stored" in hooks.describe() and "stop_server" in hooks.describe()
+
+
+CLI = "import sys; from hicache_storage.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_the_suite_from_the_command_line_leaves_nothing_below_the_path(tmp_path: Path) -> None:
+    """``hicache-storage conformance slab`` on a bare path: every test passes and no slab file is left."""
+    root = tmp_path / "slab"
+    config = json.dumps({"path": str(root), "capacity_bytes": 8 << 20})
+    done = subprocess.run(
+        [sys.executable, "-c", CLI, "conformance", "slab", "--config", config],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert " 0 failed" in done.stdout
+    assert sorted(p.name for p in root.iterdir()) == []

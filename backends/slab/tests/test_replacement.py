@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hicache_storage_slab import SlabOptions
 from hicache_storage_slab.layout import COMMITTED, ENTRY_SIZE, WRITING, encode_entry, key_digest
-from hicache_storage_slab.set_scan import SetScan
+from hicache_storage_slab.set_scan import DecodedSet, SetScan, scan_set
 from slab_support import indices, kv_slab, make_backend, make_pool
 
 from hicache_storage import ConfigError, HiCacheStorage
@@ -19,10 +19,11 @@ def _header(state: int, seq: int, name: str) -> bytes:
     return encode_entry(state, 4096, seq, key_digest(name), checksum=seq, writer=1, key=name.encode())
 
 
-def test_the_scan_prefers_a_blank_slot_then_the_least_recent_other_key() -> None:
+@pytest.mark.parametrize("reader", [SetScan, DecodedSet])
+def test_the_scan_prefers_a_blank_slot_then_the_least_recent_other_key(reader: type[SetScan | DecodedSet]) -> None:
     digest = key_digest("mine")
     raw = _header(COMMITTED, 30, "a") + _header(COMMITTED, 10, "mine") + bytes(ENTRY_SIZE) + _header(WRITING, 20, "b")
-    scan = SetScan(raw, 4)
+    scan = reader(raw, 4)
     assert scan.victim(digest, frozenset()) == 2  # blank
     assert scan.victim(digest, {2}) == 3  # least recent of the other keys (a claim left by a dead writer)
     assert scan.victim(digest, {2, 3}) == 0  # never this key's own copy while another key's slot is free
@@ -31,7 +32,8 @@ def test_the_scan_prefers_a_blank_slot_then_the_least_recent_other_key() -> None
     assert scan.holds_other(0, digest) and not scan.holds_other(1, digest) and not scan.holds_other(2, digest)
     damaged = bytearray(raw)
     damaged[ENTRY_SIZE + 20] ^= 1  # the copy's header fails its check: no longer a copy
-    assert SetScan(bytes(damaged), 4).copies(digest) == []
+    assert reader(bytes(damaged), 4).copies(digest) == []
+    assert isinstance(scan_set(raw, 4), DecodedSet) and isinstance(scan_set(raw * 16, 64), SetScan)
 
 
 def _keys_in_one_set(backend: HiCacheStorage, count: int) -> list[str]:
