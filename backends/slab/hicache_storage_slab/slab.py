@@ -78,7 +78,8 @@ class WritePlan:
     seen: bytes  # the header the slot must still hold at commit time
     in_place: bool
     commit: bytes
-    stale: list[tuple[int, int]] = field(default_factory=list)  # (header offset, seq) of older copies
+    # (header offset, seq, checksum) of older copies of the key, blanked once this copy commits
+    stale: list[tuple[int, int, int]] = field(default_factory=list)
     finished: bool = False
 
 
@@ -216,7 +217,7 @@ class Slab:
             seen,
             bool(same),
             b"",
-            [(set_offset + w * ENTRY_SIZE, e.seq) for w, e in copies if w != way],
+            [(set_offset + w * ENTRY_SIZE, e.seq, e.checksum) for w, e in copies if w != way],
         )
         try:
             hashed = self._write_payload(file, self._slot(local_set, way), page, length, digest)
@@ -265,9 +266,10 @@ class Slab:
             self._bump("write_races")
             return False
         headers.write(plan.header_offset, plan.commit)
-        for offset, seq in plan.stale:
+        for offset, seq, checksum in plan.stale:
             old = decode_entry(headers.read(offset, ENTRY_SIZE))
-            if old.state == COMMITTED and old.digest == plan.digest and old.seq == seq:
+            # the copy seen at staging: same seq, or the same bytes made recent by a read since
+            if old.state == COMMITTED and old.digest == plan.digest and (old.seq == seq or old.checksum == checksum):
                 headers.write(offset, _BLANK)
         return True
 

@@ -68,3 +68,23 @@ def test_read_recency_must_be_seconds_or_null() -> None:
         SlabOptions(read_recency_s=-1)
     assert caught.value.option == "extra_config.read_recency_s"
     assert SlabOptions(read_recency_s=None).read_recency_s is None and SlabOptions().ways == 64
+
+
+def test_a_read_between_a_rewrites_staging_and_commit_does_not_keep_the_old_copy(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path, make_pool(), read_recency_s=0.0)
+    slab = kv_slab(backend)
+    (key,) = backend.pool_keyspace().storage_keys(kit.random_keys(1))
+    size = slab.geometry.page_bytes
+    old, new, out = bytearray(b"o" * size), bytearray(b"n" * size), bytearray(size)
+    plan = slab.stage(key, [memoryview(old)])
+    assert plan is not None and slab.commit(plan)
+    plan = slab.stage(key, [memoryview(new)])  # new bytes: another slot, the old copy still readable
+    assert plan is not None
+    assert slab.read(key, [memoryview(out)]) and out == old  # ... and made recent by this read
+    assert backend.stats.get("read_touches") == 1
+    assert slab.commit(plan)
+    assert slab.read(key, [memoryview(out)]) and out == new
+    digest = key_digest(key)
+    copies = [e for e in slab.committed() if e.digest == digest]
+    assert len(copies) == 1
+    backend.close()
