@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,16 @@ def committed_copies(backend: HiCacheStorage, storage_key: str, pool: str = "kv"
     """Committed headers of ``storage_key`` in its set."""
     digest = key_digest(storage_key)
     return sum(1 for _o, e in set_entries(backend, storage_key, pool) if e.state == COMMITTED and e.digest == digest)
+
+
+def keys_in_one_set(backend: HiCacheStorage, count: int) -> list[str]:
+    """``count`` bare keys whose storage keys share one set of the KV slab."""
+    space = backend.pool_keyspace()
+    slab_ = kv_slab(backend)
+    groups: dict[tuple[int, int], list[str]] = defaultdict(list)
+    for key in kit.random_keys(400 * count):
+        group = groups[slab_.set_of(space.storage_key(key))]
+        group.append(key)
+        if len(group) == count:
+            return group
+    raise AssertionError("no set got enough keys")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from hicache_storage_slab import SlabOptions
 from hicache_storage_slab.layout import COMMITTED, ENTRY_SIZE, WRITING, encode_entry, key_digest
 from hicache_storage_slab.set_scan import DecodedSet, SetScan, scan_set
-from slab_support import indices, kv_slab, make_backend, make_pool
+from slab_support import indices, keys_in_one_set, kv_slab, make_backend, make_pool
 
-from hicache_storage import ConfigError, HiCacheStorage
+from hicache_storage import ConfigError
 from hicache_storage import testing as kit
 
 
@@ -36,23 +35,12 @@ def test_the_scan_prefers_a_blank_slot_then_the_least_recent_other_key(reader: t
     assert isinstance(scan_set(raw, 4), DecodedSet) and isinstance(scan_set(raw * 16, 64), SetScan)
 
 
-def _keys_in_one_set(backend: HiCacheStorage, count: int) -> list[str]:
-    space, slab = backend.pool_keyspace(), kv_slab(backend)
-    groups: dict[tuple[int, int], list[str]] = defaultdict(list)
-    for key in kit.random_keys(400 * count):
-        group = groups[slab.set_of(space.storage_key(key))]
-        group.append(key)
-        if len(group) == count:
-            return group
-    raise AssertionError("no set got enough keys")
-
-
 @pytest.mark.parametrize(("recency", "survivor"), [(0.0, 0), (None, 1)])
 def test_a_read_makes_a_page_recent_unless_reads_never_write(
     tmp_path: Path, recency: float | None, survivor: int
 ) -> None:
     backend = make_backend(tmp_path, make_pool(), capacity_bytes=64 * 1024, ways=4, read_recency_s=recency)
-    keys = _keys_in_one_set(backend, 5)
+    keys = keys_in_one_set(backend, 5)
     for slot, key in enumerate(keys[:4]):
         assert backend.batch_set_v1([key], indices(slot, 1)) == [True]
     assert backend.batch_get_v1([keys[0]], indices(8, 1)) == [True]  # the oldest write, read again

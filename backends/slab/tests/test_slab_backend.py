@@ -10,7 +10,6 @@ import ctypes
 import errno
 import os
 import threading
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from slab_support import (
     committed_copies,
     context,
     indices,
+    keys_in_one_set,
     kv_slab,
     make_backend,
     make_pool,
@@ -35,19 +35,6 @@ from slab_support import (
 from hicache_storage import HiCacheStorage, KeySpace, make_config
 from hicache_storage import testing as kit
 from hicache_storage.plugin import BatchContext, raw_baseline_for
-
-
-def keys_in_one_set(backend: HiCacheStorage, count: int) -> list[str]:
-    """``count`` bare keys whose storage keys share one set of the KV slab."""
-    space = backend.pool_keyspace()
-    slab_ = kv_slab(backend)
-    groups: dict[tuple[int, int], list[str]] = defaultdict(list)
-    for key in kit.random_keys(400 * count):
-        group = groups[slab_.set_of(space.storage_key(key))]
-        group.append(key)
-        if len(group) == count:
-            return group
-    raise AssertionError("no set got enough keys")
 
 
 def read_back(backend: HiCacheStorage, keys: list[str], first_slot: int) -> list[bool]:
