@@ -226,10 +226,11 @@ def _waves(slab: Slab, keys: Sequence[str]) -> list[list[int]]:
     waves: list[list[int]] = []
     ways = slab.geometry.ways
     for index, key in enumerate(keys):
-        where = slab.set_of(key)
-        count = seen.get(where, 0)
-        seen[where] = count + 1
-        wave = count // ways
+        counts = []
+        for where in slab.sets_of(key):  # counted in every set the key may go to
+            counts.append(seen.get(where, 0))
+            seen[where] = counts[-1] + 1
+        wave = max(counts) // ways
         while len(waves) <= wave:
             waves.append([])
         waves[wave].append(index)

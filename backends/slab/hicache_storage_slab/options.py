@@ -31,6 +31,8 @@ class SlabOptions(IntegrityOptions):
     ``zero_fill``: write zeros over a new slab once when it is created, so no slot is a fallocated
     ("unwritten") block the file system must convert on its first write (slower creation, full speed
     from the first write; without it the first pass over the slab runs slower);
+    ``choices``: sets a key may live in (2: the one of the two whose victim is least recent, found
+    by reading both; 1: one set per key);
     ``read_recency_s``: a read hit on a page that has not been made recent for this many seconds makes it
     recent again (one header store), so a set replaces its least recently *used* page; ``None``: reads
     never write, a set replaces its least recently written page;
@@ -48,6 +50,7 @@ class SlabOptions(IntegrityOptions):
     fsync: bool = False
     zero_fill: bool = False
     read_recency_s: float | None = 1.0
+    choices: int = 2
 
     def __post_init__(self) -> None:
         if self.path is not None and not self.path.strip():
@@ -69,6 +72,8 @@ class SlabOptions(IntegrityOptions):
             raise ConfigError(
                 "extra_config.read_recency_s", f"must be seconds in [0, 3600] or null, got {self.read_recency_s!r}"
             )
+        if self.choices not in (1, 2) or isinstance(self.choices, bool):
+            raise ConfigError("extra_config.choices", f"must be 1 or 2, got {self.choices!r}")
         if self.io_threads is not None and not 1 <= self.io_threads <= 32:
             raise ConfigError("extra_config.io_threads", f"must be in [1, 32] or null, got {self.io_threads}")
 

@@ -136,6 +136,7 @@ class SlabRegistry:
                 bump=self._counters.bump,
                 codec=self._codec,
                 touch_after_s=options.read_recency_s,
+                choices=options.choices,
             )
         except LegacyLayoutError:
             raise ConfigError(

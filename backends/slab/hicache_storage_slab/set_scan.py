@@ -63,6 +63,14 @@ class SetScan:
         entry = decode_entry(self._raw, way * ENTRY_SIZE)
         return entry.state == COMMITTED and entry.digest != digest
 
+    def victim_age(self, digest: bytes) -> int:
+        """How recent the slot a write would take is: 0 with a blank or unreadable slot, else the
+        lowest ``seq`` of the set (lower is better; ``digest`` is for the interface of :class:`DecodedSet`)."""
+        fields = self._fields
+        if (fields["magic"] != _MAGIC).any():
+            return 0
+        return int(fields["seq"].min())
+
     def victim(self, digest: bytes, busy: set[int] | frozenset[int]) -> int | None:
         """A blank or unreadable slot first, else the least recent slot holding another key, else the
         least recent slot; slots in ``busy`` are never chosen (``None`` when all others are)."""
@@ -98,6 +106,12 @@ class DecodedSet:
     def holds_other(self, way: int, digest: bytes) -> bool:
         entry = self._entries[way]
         return entry.state == COMMITTED and entry.digest != digest
+
+    def victim_age(self, digest: bytes) -> int:
+        way = self.victim(digest, frozenset())
+        assert way is not None
+        entry = self._entries[way]
+        return 0 if entry.state in (EMPTY, DAMAGED) else entry.seq
 
     def victim(self, digest: bytes, busy: set[int] | frozenset[int]) -> int | None:
         other: int | None = None

@@ -2,9 +2,11 @@
 
 Writing a page (no lock is shared between processes; see ``docs/backends/slab.md``):
 
-1. Read the headers of the key's set; pick the slot: a committed copy of the same key with the same
-   checksum is rewritten in place (same bytes over same bytes), else the victim is an empty or
-   damaged slot, else the slot with the oldest ``seq`` that holds another key.
+1. Pick the key's set (with two choices: of its two candidate sets, the one holding a copy of the
+   key, else the one whose victim is least recent). Read its headers; pick the slot: a committed
+   copy of the same key with the same checksum is rewritten in place (same bytes over same bytes),
+   else the victim is an empty or damaged slot, else the slot with the oldest ``seq`` that holds
+   another key.
 2. Claim a victim: its header becomes ``WRITING`` with this write's digest, ``seq`` and writer id,
    so the key it held stops being found before its bytes are overwritten.
 3. ``pwritev`` the page's segments into the slot in one call, straight from host memory, then hash them.
@@ -13,8 +15,8 @@ Writing a page (no lock is shared between processes; see ``docs/backends/slab.md
    over by another writer is a failed write.
 5. Older committed copies of the key in the set are blanked.
 
-A reader reads the set's headers, takes the committed copy of its key with the highest ``seq``,
-``preadv``s it into host memory and checks length and checksum: any mismatch (a torn write, a slot
+A reader reads the headers of the key's candidate sets, takes the committed copy of its key with the
+highest ``seq``, ``preadv``s it into host memory and checks length and checksum: any mismatch (a torn write, a slot
 rewritten under the reader, corrupted bytes) is a miss, never data. Threads of one process take a
 per-set lock around steps 1-2 only, so they never pick the same victim.
 """
@@ -80,6 +82,7 @@ class WritePlan:
     commit: bytes
     # (header offset, seq, checksum) of older copies of the key, blanked once this copy commits
     stale: list[tuple[int, int, int]] = field(default_factory=list)
+    elsewhere: list[tuple[int, int]] = field(default_factory=list)  # other sets seen holding a copy
     finished: bool = False
 
 
@@ -98,8 +101,10 @@ class Slab:
         zero_fill: bool = False,
         codec: RecordCodec | None = None,
         touch_after_s: float | None = None,
+        choices: int = 1,
     ) -> None:
         self.root = root
+        self._choices = choices
         #: A read hit on a page last made recent this many nanoseconds ago or more makes it recent again.
         self._touch_ns = None if touch_after_s is None else int(touch_after_s * 1e9)
         self._codec = codec if codec is not None and codec.authenticated else None
@@ -134,16 +139,67 @@ class Slab:
         number = int.from_bytes(digest[:8], "little") % self._sets
         return number % self._file_count, number // self._file_count
 
-    def _where(self, digest: bytes) -> tuple[SlabFile, int, int]:
-        index, local_set = self._locate(digest)
-        return self.files[index], local_set, SUPERBLOCK_SIZE + local_set * self._set_bytes
+    def _candidates(self, digest: bytes) -> list[tuple[int, int]]:
+        """(file index, local set) of each set ``digest`` may live in: the first by the digest's first
+        8 bytes, with two choices also one by its last 8 bytes (when that is another set)."""
+        first = self._locate(digest)
+        if self._choices == 1:
+            return [first]
+        number = int.from_bytes(digest[8:16], "little") % self._sets
+        second = (number % self._file_count, number // self._file_count)
+        return [first] if second == first else [first, second]
+
+    def _set_offset(self, local_set: int) -> int:
+        return SUPERBLOCK_SIZE + local_set * self._set_bytes
+
+    def _find(self, digest: bytes) -> tuple[tuple[int, int, int, Entry] | None, list[bytes]]:
+        """(file index, local set, way, header) of the newest committed copy of ``digest`` in the first of
+        its candidate sets that holds one, and the raw headers of the sets read.
+
+        One writer never leaves copies of a key in both sets (a write goes to the set holding its
+        copy); two racing writers may, and a read then finds the first set's, a complete page of
+        that key either way.
+        """
+        raws: list[bytes] = []
+        for index, local_set in self._candidates(digest):
+            raw = self._read_set(self.files[index], self._set_offset(local_set))
+            raws.append(raw)
+            found = find_committed(raw, digest)
+            if found is not None:
+                return (index, local_set, found[0], found[1]), raws
+        return None, raws
+
+    def _choose(self, digest: bytes) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+        """The candidate set a write of ``digest`` goes to (one holding a copy of it, else the one whose
+        victim is least recent, a blank slot first), and the other candidates seen holding a copy."""
+        candidates = self._candidates(digest)
+        if len(candidates) == 1:
+            return candidates[0], []
+        best: tuple[int, tuple[int, int]] | None = None
+        holding: list[tuple[int, int]] = []
+        for where in candidates:
+            scan = scan_set(self._read_set(self.files[where[0]], self._set_offset(where[1])), self._ways)
+            if scan.copies(digest):
+                holding.append(where)
+            elif not holding:
+                age = scan.victim_age(digest)
+                if best is None or age < best[0]:
+                    best = (age, where)
+        if holding:
+            return holding[0], holding[1:]
+        assert best is not None
+        return best[1], []
 
     def _slot(self, local_set: int, way: int) -> int:
         return self._data_offset + (local_set * self._ways + way) * self._slot_bytes
 
     def set_of(self, key: str) -> tuple[int, int]:
-        """(file index, local set) that ``key`` maps to."""
+        """(file index, local set) of the first set ``key`` may live in."""
         return self._locate(key_digest(key))
+
+    def sets_of(self, key: str) -> list[tuple[int, int]]:
+        """(file index, local set) of every set ``key`` may live in (two with ``choices: 2``)."""
+        return self._candidates(key_digest(key))
 
     def _read_set(self, file: SlabFile, offset: int) -> bytes:
         return file.headers.read(offset, self._set_bytes)
@@ -164,7 +220,7 @@ class Slab:
         ways = self._ways
         digest = key_digest(key)
         checksum: int | None = None  # hashed right after the bytes are written, unless needed first
-        index, local_set = self._locate(digest)
+        (index, local_set), elsewhere = self._choose(digest)
         file, set_offset = self.files[index], SUPERBLOCK_SIZE + local_set * self._set_bytes
         stripe = (index * 7919 + local_set) % _STRIPES
         pending = self._pending[stripe]
@@ -218,6 +274,7 @@ class Slab:
             bool(same),
             b"",
             [(set_offset + w * ENTRY_SIZE, e.seq, e.checksum) for w, e in copies if w != way],
+            elsewhere=elsewhere,
         )
         try:
             hashed = self._write_payload(file, self._slot(local_set, way), page, length, digest)
@@ -271,7 +328,23 @@ class Slab:
             # the copy seen at staging: same seq, or the same bytes made recent by a read since
             if old.state == COMMITTED and old.digest == plan.digest and (old.seq == seq or old.checksum == checksum):
                 headers.write(offset, _BLANK)
+        if plan.elsewhere:
+            self._blank_elsewhere(plan)
         return True
+
+    def _blank_elsewhere(self, plan: WritePlan) -> None:
+        """Blank the copies of the key in its other candidate set that this commit supersedes: older
+        ones, and any with the same bytes (a newer copy with other bytes, another writer's, stays)."""
+        ours = decode_entry(plan.commit)
+        for index, local_set in plan.elsewhere:
+            file, set_offset = self.files[index], self._set_offset(local_set)
+            raw = self._read_set(file, set_offset)
+            found = find_committed(raw, plan.digest)
+            while found is not None and (found[1].seq < ours.seq or found[1].checksum == ours.checksum):
+                offset = set_offset + found[0] * ENTRY_SIZE
+                file.headers.write(offset, _BLANK)
+                raw = raw[: found[0] * ENTRY_SIZE] + _BLANK + raw[(found[0] + 1) * ENTRY_SIZE :]
+                found = find_committed(raw, plan.digest)
 
     def _write_payload(
         self, file: SlabFile, offset: int, page: Sequence[memoryview], length: int, digest: bytes
@@ -294,21 +367,17 @@ class Slab:
             os.fdatasync(file.fd)
 
     # ------------------------------------------------------------ read
-    def _find(self, raw: bytes, digest: bytes) -> tuple[int, Entry] | None:
-        return find_committed(raw, digest)
-
     def read(self, key: str, page: Sequence[memoryview]) -> bool:
         """Fill ``page`` with the stored bytes of ``key``; ``False`` for a miss or a page failing its checks."""
         digest = key_digest(key)
-        index, local_set = self._locate(digest)
-        file = self.files[index]
-        raw = self._read_set(file, SUPERBLOCK_SIZE + local_set * self._set_bytes)
-        found = find_committed(raw, digest)
+        found, raws = self._find(digest)
         if found is None:
-            if _DAMAGED_ENTRY_STATE in [e.state for e in decode_set(raw, self._ways)]:
-                self._bump("integrity_failures")  # a damaged header in the key's set may have been its own
+            if any(_DAMAGED_ENTRY_STATE in [e.state for e in decode_set(raw, self._ways)] for raw in raws):
+                self._bump("integrity_failures")  # a damaged header in the key's sets may have been its own
             return False
-        way, entry = found
+        index, local_set, way, entry = found
+        file = self.files[index]
+        raw = raws[self._candidates(digest).index((index, local_set))]
         length = sum([segment.nbytes for segment in page])
         if entry.length != length:
             self._bump("integrity_failures")
@@ -370,18 +439,18 @@ class Slab:
     def exists(self, key: str) -> bool:
         """Whether a committed copy of ``key`` is in its set (its bytes are checked by :meth:`read`)."""
         digest = key_digest(key)
-        file, _local_set, set_offset = self._where(digest)
-        return find_committed(self._read_set(file, set_offset), digest) is not None
+        return any(
+            find_committed(self._read_set(self.files[index], self._set_offset(local_set)), digest) is not None
+            for index, local_set in self._candidates(digest)
+        )
 
     def locate(self, key: str) -> tuple[SlabFile, int, int] | None:
         """(file, header offset, slot offset) of the copy of ``key`` a read would use, or ``None``."""
-        digest = key_digest(key)
-        file, local_set, set_offset = self._where(digest)
-        found = find_committed(self._read_set(file, set_offset), digest)
+        found, _raws = self._find(key_digest(key))
         if found is None:
             return None
-        way = found[0]
-        return file, set_offset + way * ENTRY_SIZE, self._slot(local_set, way)
+        index, local_set, way, _entry = found
+        return self.files[index], self._set_offset(local_set) + way * ENTRY_SIZE, self._slot(local_set, way)
 
     # ------------------------------------------------------------ listing
     def committed(self) -> list[Entry]:
@@ -390,16 +459,17 @@ class Slab:
 
     # ------------------------------------------------------------ removal
     def delete(self, key: str) -> None:
-        """Blank every header of ``key`` in its set (committed or being written)."""
+        """Blank every header of ``key`` in its sets (committed or being written)."""
         digest = key_digest(key)
-        file, _local_set, set_offset = self._where(digest)
-        raw = self._read_set(file, set_offset)
-        for way in range(self.geometry.ways):
-            if digest_at(raw, way) != digest:
-                continue
-            entry = decode_entry(raw, way * ENTRY_SIZE)
-            if entry.state in (COMMITTED, WRITING) and entry.digest == digest:
-                file.headers.write(set_offset + way * ENTRY_SIZE, _BLANK)
+        for index, local_set in self._candidates(digest):
+            file, set_offset = self.files[index], self._set_offset(local_set)
+            raw = self._read_set(file, set_offset)
+            for way in range(self.geometry.ways):
+                if digest_at(raw, way) != digest:
+                    continue
+                entry = decode_entry(raw, way * ENTRY_SIZE)
+                if entry.state in (COMMITTED, WRITING) and entry.digest == digest:
+                    file.headers.write(set_offset + way * ENTRY_SIZE, _BLANK)
 
     def clear(self) -> None:
         """Blank every slot header of every file."""

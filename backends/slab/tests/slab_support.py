@@ -27,8 +27,16 @@ def make_pool(num_pages: int = 16, **kwargs: Any) -> HostKVPool:
 
 def make_backend(root: Path | str, pool: HostKVPool | None = None, **options: Any) -> HiCacheStorage:
     """Storage over a slab backend below ``root`` (4 MiB per key space unless given), resilience off, no
-    manifest (its records would open a second slab beside the pages'), a pool."""
-    extra = {"path": str(root), "resilience": False, "capacity_bytes": 4 << 20, "manifests": False, **options}
+    manifest (its records would open a second slab beside the pages'), one set per key unless
+    ``choices`` is given (the tests of a set's order and format address one set), a pool."""
+    extra = {
+        "path": str(root),
+        "resilience": False,
+        "capacity_bytes": 4 << 20,
+        "manifests": False,
+        "choices": 1,
+        **options,
+    }
     return kit.make_backend(SlabBackend, extra, pool if pool is not None else make_pool())
 
 

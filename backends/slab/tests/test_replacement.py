@@ -10,7 +10,7 @@ from hicache_storage_slab.layout import COMMITTED, ENTRY_SIZE, WRITING, encode_e
 from hicache_storage_slab.set_scan import DecodedSet, SetScan, scan_set
 from slab_support import indices, keys_in_one_set, kv_slab, make_backend, make_pool
 
-from hicache_storage import ConfigError
+from hicache_storage import ConfigError, HiCacheStorage
 from hicache_storage import testing as kit
 
 
@@ -76,3 +76,56 @@ def test_a_read_between_a_rewrites_staging_and_commit_does_not_keep_the_old_copy
     copies = [e for e in slab.committed() if e.digest == digest]
     assert len(copies) == 1
     backend.close()
+
+
+def _spread_keys(backend: HiCacheStorage, count: int) -> list[str]:
+    """``count`` bare keys whose first set is set 0 and whose second choice is another set."""
+    space, slab = backend.pool_keyspace(), kv_slab(backend)
+    found = []
+    for key in kit.random_keys(200 * count):
+        sets = slab.sets_of(space.storage_key(key))
+        if len(sets) == 2 and sets[0] == (0, 0):
+            found.append(key)
+            if len(found) == count:
+                return found
+    raise AssertionError("not enough keys")
+
+
+TWO_SETS = {"capacity_bytes": 80 * 1024, "ways": 8}  # two sets of 8 slots of 4 KiB
+
+
+@pytest.mark.parametrize(("choices", "evictions"), [(1, 8), (2, 0)])
+def test_two_choices_put_a_key_in_the_set_with_room(tmp_path: Path, choices: int, evictions: int) -> None:
+    backend = make_backend(tmp_path, make_pool(), choices=choices, **TWO_SETS)
+    assert kv_slab(backend).geometry.sets == 2
+    keys = _spread_keys(backend, 16) if choices == 2 else keys_in_one_set(backend, 16)  # all first in set 0
+    for number in range(0, 16, 8):
+        assert backend.batch_set_v1(keys[number : number + 8], indices(0, 8)) == [True] * 8
+    assert backend.stats.get("evictions") == evictions
+    assert sum(backend.batch_exists_each(keys)) == 16 - evictions
+    backend.close()
+
+
+def test_with_two_choices_a_rewrite_leaves_one_copy_and_reads_the_newest(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path, make_pool(), choices=2, **TWO_SETS)
+    slab = kv_slab(backend)
+    keys = _spread_keys(backend, 6)
+    stored = backend.pool_keyspace().storage_keys(keys)
+    size = slab.geometry.page_bytes
+    for number, key in enumerate(stored):
+        assert slab.commit(slab.stage(key, [memoryview(bytearray([number]) * size)]))  # type: ignore[arg-type]
+    out = bytearray(size)
+    for number, key in enumerate(stored):  # new bytes for each: rewritten where its copy is
+        assert slab.commit(slab.stage(key, [memoryview(bytearray([100 + number]) * size)]))  # type: ignore[arg-type]
+        assert slab.read(key, [memoryview(out)]) and out == bytearray([100 + number]) * size
+    digests = [key_digest(key) for key in stored]
+    assert sorted(e.digest for e in slab.committed()) == sorted(digests)  # one copy each, in either set
+    slab.delete(stored[0])
+    assert not slab.exists(stored[0]) and all(slab.exists(key) for key in stored[1:])
+    backend.close()
+
+
+def test_choices_must_be_one_or_two() -> None:
+    with pytest.raises(ConfigError) as caught:
+        SlabOptions(choices=3)
+    assert caught.value.option == "extra_config.choices" and SlabOptions().choices == 2
