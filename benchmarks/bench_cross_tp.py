@@ -98,7 +98,7 @@ def codec_ms(pool: HostKVPool, lcm: int, batch: int) -> dict[str, float]:
     return {"gather_ms": statistics.median(gather) * 1e3, "scatter_ms": statistics.median(scatter) * 1e3}
 
 
-def bench_layout(name: str, layout: str, lcm: int, batch: int, repeat: int, root: str) -> dict[str, Any]:
+def bench_layout(name: str, layout: str, lcm: int, *, batch: int, repeat: int, root: str) -> dict[str, Any]:
     pool = make_rank_pool(layout, 2 * batch)
     sides = {"unsplit": open_storage(name, root, pool, None), "split": open_storage(name, root, pool, lcm)}
     first = torch.arange(batch * PAGE, dtype=torch.int64)
@@ -150,7 +150,8 @@ def bench_layout(name: str, layout: str, lcm: int, batch: int, repeat: int, root
 
 def _cell(row: dict[str, Any], op: str) -> str:
     low, high = row[f"{op}_ratio_spread"]
-    return f"{op} {row[f'{op}_unsplit_ms']:.2f}/{row[f'{op}_split_ms']:.2f} ms x{row[f'{op}_ratio']:.3f} [{low:.2f}..{high:.2f}]"
+    times = f"{row[f'{op}_unsplit_ms']:.2f}/{row[f'{op}_split_ms']:.2f} ms"
+    return f"{op} {times} x{row[f'{op}_ratio']:.3f} [{low:.2f}..{high:.2f}]"
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-cross-tp-") as root:
         for name in args.backends.split(","):
             for layout in args.layouts.split(","):
-                row = bench_layout(name.strip(), layout.strip(), args.lcm, args.batch, args.repeat, root)
+                row = bench_layout(name.strip(), layout.strip(), args.lcm, batch=args.batch, repeat=args.repeat, root=root)
                 rows.append(row)
                 cells = [_cell(row, op) for op in OPS]
                 codec = f"gather {row['gather_ms']:.2f} ms scatter {row['scatter_ms']:.2f} ms"
