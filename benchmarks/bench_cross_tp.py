@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-cross-tp-") as root:
         for name in args.backends.split(","):
             for layout in args.layouts.split(","):
-                row = bench_layout(name.strip(), layout.strip(), args.lcm, batch=args.batch, repeat=args.repeat, root=root)
+                row = bench_layout(
+                    name.strip(), layout.strip(), args.lcm, batch=args.batch, repeat=args.repeat, root=root
+                )
                 rows.append(row)
                 cells = [_cell(row, op) for op in OPS]
                 codec = f"gather {row['gather_ms']:.2f} ms scatter {row['scatter_ms']:.2f} ms"
