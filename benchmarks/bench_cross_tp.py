@@ -1,19 +1,20 @@
 """Benchmark: head-sharded pages (``tp_lcm_size`` set) against whole pages, same bytes, same run, per backend.
 
-A TP2 rank (4 of 8 KV heads, 16 layers, head_dim 128, 16 tokens per page, bfloat16: 512 KiB pages)
-writes, looks up and reads ``--batch`` pages two ways on one backend: *unsplit* (no ``tp_lcm_size``,
-one record per page) and *split* (``tp_lcm_size=--lcm``, ``lcm/2`` shard records per page). The
-sides alternate which goes first each round; every read is checked against the written bytes. Per
-layout (``page_head``: shards are slices of the page, zero-copy; the other layouts gather and
-scatter through a staging copy) it prints the median time per call of each side, and the median
-and spread (min..max) of the paired per-round ratio split/unsplit (goal on ``page_head``: >= 0.9x
-the unsplit speed, i.e. a time ratio <= 1/0.9). ``codec_ms`` is the gather (write) and scatter
-(read) of the batch alone, without a backend. ``per_record_us`` is (split - unsplit) time over the
-extra records: what one more record costs on that backend.
+A TP2 rank of a Llama-3-8B-like model (4 of 8 KV heads, head_dim 128, bfloat16; ``--layers`` 32 and
+``--page-size`` 64 by default: 4 MiB pages, SGLang's usual page of 64 tokens) writes, looks up and
+reads ``--batch`` pages two ways on one backend: *unsplit* (no ``tp_lcm_size``, one record per page)
+and *split* (``tp_lcm_size=--lcm``, ``lcm/2`` shard records per page). The sides alternate which
+goes first each round; every read is checked against the written bytes. Per layout (``page_head``:
+shards are slices of the page, zero-copy; the other layouts gather and scatter through a staging
+copy) it prints the median time per call of each side, and the median and spread (min..max) of the
+paired per-round ratio split/unsplit (goal on ``page_head``: >= 0.9x the unsplit speed, i.e. a time
+ratio <= 1/0.9). ``gather_ms``/``scatter_ms`` are the staging copies of the batch alone, without a
+backend. ``per_record_us`` is (split - unsplit) time over the extra records: what one more record
+costs on that backend (clearest with small pages: ``--page-size 16 --layers 16``).
 
-    python benchmarks/bench_cross_tp.py --backends file,sim --layouts page_head,page_first --repeat 9
+    python benchmarks/bench_cross_tp.py --backends file,sim --layouts page_head,page_first --repeat 11
 
-``redis``/``s3``/``mooncake`` need the test servers (``scripts/services/start.sh``).
+``redis`` needs the test server (``scripts/services/start.sh``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from hicache_storage.pools.shard_plan import plan_head_shards
 from hicache_storage.settings import StorageSettings
 from hicache_storage.testing import random_keys
 
-HEADS, LAYERS, HEAD_DIM, PAGE = 8, 16, 128, 16
+HEADS, HEAD_DIM = 8, 128
 OPS = ("set", "exists", "get")
 
 
@@ -54,11 +55,11 @@ def backend_options(name: str, root: str) -> dict[str, Any]:
     raise SystemExit(f"unknown backend {name!r}; expected file, slab, sim or redis")
 
 
-def make_rank_pool(layout: str, pages: int) -> HostKVPool:
+def make_rank_pool(layout: str, pages: int, page_size: int, layers: int) -> HostKVPool:
     pool = HostKVPool(
         num_pages=pages,
-        page_size=PAGE,
-        layer_num=LAYERS,
+        page_size=page_size,
+        layer_num=layers,
         head_num=HEADS // 2,
         head_dim=HEAD_DIM,
         layout=layout,
@@ -89,7 +90,7 @@ def codec_ms(pool: HostKVPool, lcm: int, batch: int) -> dict[str, float]:
     facts = pool_facts(pool)
     shards = plan_head_shards("kv", config, StorageSettings.from_config(config), facts)
     assert shards is not None
-    pages = pool_page_buffers(pool, [n * PAGE for n in range(batch)], facts)
+    pages = pool_page_buffers(pool, [n * pool.page_size for n in range(batch)], facts)
     gather = [timed(shards.for_write, pages) for _ in range(7)]
     scatter = []
     for _ in range(7):
@@ -98,11 +99,12 @@ def codec_ms(pool: HostKVPool, lcm: int, batch: int) -> dict[str, float]:
     return {"gather_ms": statistics.median(gather) * 1e3, "scatter_ms": statistics.median(scatter) * 1e3}
 
 
-def bench_layout(name: str, layout: str, lcm: int, *, batch: int, repeat: int, root: str) -> dict[str, Any]:
-    pool = make_rank_pool(layout, 2 * batch)
+def bench_layout(name: str, layout: str, lcm: int, args: argparse.Namespace, root: str) -> dict[str, Any]:
+    batch, repeat, page = args.batch, args.repeat, args.page_size
+    pool = make_rank_pool(layout, 2 * batch, args.page_size, args.layers)
     sides = {"unsplit": open_storage(name, root, pool, None), "split": open_storage(name, root, pool, lcm)}
-    first = torch.arange(batch * PAGE, dtype=torch.int64)
-    second = first + batch * PAGE
+    first = torch.arange(batch * page, dtype=torch.int64)
+    second = first + batch * page
     times: dict[str, dict[str, list[float]]] = {side: {op: [] for op in OPS} for side in sides}
     try:
         for round_number in range(repeat + 1):
@@ -116,7 +118,7 @@ def bench_layout(name: str, layout: str, lcm: int, *, batch: int, repeat: int, r
                     "get": timed(storage.batch_get_v1, keys, second),
                 }
                 for n in range(batch):
-                    read, written = pool.get_data_page((batch + n) * PAGE), pool.get_data_page(n * PAGE)
+                    read, written = pool.get_data_page((batch + n) * page), pool.get_data_page(n * page)
                     if not torch.equal(read.view(torch.uint8), written.view(torch.uint8)):
                         raise SystemExit(f"{name}/{layout}/{side}: page {n} read back differs from the one written")
                 if round_number:  # round 0 warms up
@@ -159,7 +161,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--backends", default="file,sim", help="comma-separated: file, slab, sim, redis")
     parser.add_argument("--layouts", default="page_head,page_first", help="comma-separated host layouts")
     parser.add_argument("--lcm", type=int, default=4, help="tp_lcm_size (records per page: lcm / 2)")
-    parser.add_argument("--batch", type=int, default=16, help="pages per call (512 KiB each)")
+    parser.add_argument("--batch", type=int, default=8, help="pages per call")
+    parser.add_argument("--page-size", type=int, default=64, help="tokens per page")
+    parser.add_argument("--layers", type=int, default=32, help="layers of the model")
     parser.add_argument("--repeat", type=int, default=9, help="timed rounds; medians are reported")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
@@ -167,9 +171,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-cross-tp-") as root:
         for name in args.backends.split(","):
             for layout in args.layouts.split(","):
-                row = bench_layout(
-                    name.strip(), layout.strip(), args.lcm, batch=args.batch, repeat=args.repeat, root=root
-                )
+                row = bench_layout(name.strip(), layout.strip(), args.lcm, args, root)
                 rows.append(row)
                 cells = [_cell(row, op) for op in OPS]
                 codec = f"gather {row['gather_ms']:.2f} ms scatter {row['scatter_ms']:.2f} ms"
