@@ -159,3 +159,27 @@ def test_flat_v0_pages_split_too():
         got = storage.batch_get(keys[1:])
         assert got[0] is not None and torch.equal(got[0].view(torch.uint8), page.view(torch.uint8))
     assert read_hits(kv, keys, 4, "page_head") == [[True, True]] * 4
+
+
+def test_hybrid_pools_split_kv_like_pools_only():
+    from hicache_storage.pools import PoolName, PoolTransfer
+    from hicache_storage.testing import attach_hybrid_pools, make_hybrid_pools
+
+    storage = load_backend(SharedMemory, make_config("hybrid", extra_config={"tp_lcm_size": 2}))
+    pools = make_hybrid_pools()
+    attach_hybrid_pools(storage, pools)
+    shards = {name: storage.pool_keyspace(name).shards for name in pools}
+    assert shards == {"kv": 2, "swa": 2, "indexer": 0, "mamba": 0}
+    assert "tp0of1" in storage.pool_keyspace("mamba").storage_key("k")  # state stays per (tp_size, tp_rank)
+    keys = random_keys(2)
+    assert storage.batch_set_v1(keys, page_indices(0, 2)) == [True, True]
+    swa = PoolTransfer(name=PoolName.SWA, keys=keys, host_indices=page_indices(0, 2))
+    assert storage.batch_set_v2([swa]) == {PoolName.SWA: [True, True]}
+    assert len([key for key in SHARED if ".h1of2." in key]) == 4  # shard 1 of both pages of kv and swa
+    back = PoolTransfer(name=PoolName.SWA, keys=keys, host_indices=page_indices(4, 2))
+    assert storage.batch_get_v2([back]) == {PoolName.SWA: [True, True]}
+    for slot in range(2):
+        assert torch.equal(
+            pools["swa"].get_data_page((4 + slot) * 4).view(torch.uint8),
+            pools["swa"].get_data_page(slot * 4).view(torch.uint8),
+        )
