@@ -14,12 +14,14 @@ costs on that backend (clearest with small pages: ``--page-size 16 --layers 16``
 
     python benchmarks/bench_cross_tp.py --backends file,sim --layouts page_head,page_first --repeat 11
 
-``redis`` needs the test server (``scripts/services/start.sh``).
+``redis``, ``s3`` and ``fsspec`` (over the test S3 server) need the test servers
+(``scripts/services/start.sh``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -43,7 +45,33 @@ HEADS, HEAD_DIM = 8, 128
 OPS = ("set", "exists", "get")
 
 
+def _s3_settings(bucket: str) -> dict[str, Any]:
+    """The test S3 server's settings, with ``bucket`` created on it."""
+    from pathlib import Path
+
+    from hicache_storage.testing.services import TestServices, s3_client
+
+    settings = TestServices(Path(__file__).resolve().parent.parent).settings()
+    with contextlib.suppress(Exception):  # already there from an earlier layout
+        s3_client(settings).create_bucket(Bucket=bucket)
+    return settings
+
+
 def backend_options(name: str, root: str) -> dict[str, Any]:
+    if name in ("s3", "fsspec"):
+        from hicache_storage.testing.services import s3_backend_options
+
+        bucket = f"bench-cross-tp-{os.path.basename(root).lower().replace('_', '-')}"
+        settings = _s3_settings(bucket)
+        if name == "s3":
+            return s3_backend_options(settings, bucket)
+        storage = {
+            "endpoint_url": settings["HICACHE_TEST_S3_ENDPOINT"],
+            "key": settings["HICACHE_TEST_S3_ACCESS_KEY_ID"],
+            "secret": settings["HICACHE_TEST_S3_SECRET_ACCESS_KEY"],
+            "client_kwargs": {"region_name": settings["HICACHE_TEST_S3_REGION"]},
+        }
+        return {"url": f"s3://{bucket}/fsspec", "storage_options": storage}
     if name == "file":
         return {"path": os.path.join(root, "file")}
     if name == "slab":
@@ -52,7 +80,7 @@ def backend_options(name: str, root: str) -> dict[str, Any]:
         return {"sleep": False}
     if name == "redis":
         return {"host": "127.0.0.1", "port": int(os.environ.get("HICACHE_TEST_REDIS_PORT", "16379")), "ttl_s": 600}
-    raise SystemExit(f"unknown backend {name!r}; expected file, slab, sim or redis")
+    raise SystemExit(f"unknown backend {name!r}; expected file, slab, sim, redis, s3 or fsspec")
 
 
 def make_rank_pool(layout: str, pages: int, page_size: int, layers: int) -> HostKVPool:
@@ -158,7 +186,7 @@ def _cell(row: dict[str, Any], op: str) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default="file,sim", help="comma-separated: file, slab, sim, redis")
+    parser.add_argument("--backends", default="file,sim", help="comma-separated: file, slab, sim, redis, s3, fsspec")
     parser.add_argument("--layouts", default="page_head,page_first", help="comma-separated host layouts")
     parser.add_argument("--lcm", type=int, default=4, help="tp_lcm_size (records per page: lcm / 2)")
     parser.add_argument("--batch", type=int, default=8, help="pages per call")

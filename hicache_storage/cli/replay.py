@@ -110,6 +110,19 @@ def _model(args: argparse.Namespace) -> ModelPreset | None:
     return load_model(args.model, args.checkpoint_tokens)
 
 
+def _engine_config(args: argparse.Namespace, mode: str, model: ModelPreset | None) -> EngineConfig:
+    return EngineConfig(
+        mode=mode,
+        device_tokens=args.device_tokens,
+        host_ratio=args.host_ratio,
+        page_size=args.page_size,
+        block_tokens=args.block_tokens,
+        shape=_shape(args),
+        prefill_tokens_per_s=args.prefill_tokens_per_s,
+        model=model,
+    )
+
+
 def _fleet(args: argparse.Namespace, requests: list[Any], options: dict[str, Any], console: Console) -> int:
     """``--fleet``: the fleet with head shards off, then on; a table per TP size and the JSON."""
     from rich.table import Table
@@ -119,15 +132,7 @@ def _fleet(args: argparse.Namespace, requests: list[Any], options: dict[str, Any
     if args.backend is None:
         raise ValueError("--fleet needs --backend (a store the fleet shares)")
     fleet = parse_fleet(args.fleet)
-    config = EngineConfig(
-        mode="cache",
-        device_tokens=args.device_tokens,
-        host_ratio=args.host_ratio,
-        page_size=args.page_size,
-        block_tokens=args.block_tokens,
-        shape=_shape(args),
-        prefill_tokens_per_s=args.prefill_tokens_per_s,
-    )
+    config = _engine_config(args, "cache", None)
     runs = [run_fleet(requests, config, fleet, args.backend, options, share=share) for share in (False, True)]
     table = Table(title=f"fleet {args.fleet}: {len(requests):,} requests over one {args.backend} store")
     for column in ("head shards", "deployment", "requests", "storage hits", "all cache hits", "TTFT p50", "TTFT p90"):
@@ -163,19 +168,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     requests = read_trace(args.trace, block_tokens=args.block_tokens, limit=args.requests)
     if args.fleet:
         return _fleet(args, requests, options, console)
-    configs = [
-        EngineConfig(
-            mode=mode,
-            device_tokens=args.device_tokens,
-            host_ratio=args.host_ratio,
-            page_size=args.page_size,
-            block_tokens=args.block_tokens,
-            shape=_shape(args),
-            prefill_tokens_per_s=args.prefill_tokens_per_s,
-            model=model,
-        )
-        for mode in modes
-    ]
+    configs = [_engine_config(args, mode, model) for mode in modes]
     results: list[ModeResult] = []
     with progress_bar(console) as progress:
         for config in configs:
