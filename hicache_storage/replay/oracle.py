@@ -54,9 +54,7 @@ def oracle_page_hits(
     for number, request in enumerate(requests):
         hashes = page_hashes[number] if page_hashes is not None else hasher.hashes(request)
         total += request.input_length
-        matched = 0
-        while matched < len(hashes) and hashes[matched] in seen:
-            matched += 1
+        matched = _leading_seen(hashes, seen)
         hits += matched * hasher.page_size
         seen.update(hashes[matched:])
     return OracleResult(hits, total, "tokens")
@@ -106,9 +104,7 @@ def oracle_hybrid(
     for number, request in enumerate(requests):
         hashes = page_hashes[number] if page_hashes is not None else hasher.hashes(request)
         total += request.input_length
-        kv = 0
-        while kv < len(hashes) and hashes[kv] in seen:
-            kv += 1
+        kv = _leading_seen(hashes, seen)
         end = _restorable(components, units, hashes, kv)
         hits += end * page
         kv_hits += kv * page
@@ -122,6 +118,14 @@ def oracle_hybrid(
             for component in components:
                 units[component.name].update(hashes[p] for p in component.restore_positions(0, stop))
     return HybridOracle(hits, kv_hits, total, lost)
+
+
+def _leading_seen(hashes: list[str], seen: set[str]) -> int:
+    """How many of the leading pages of ``hashes`` are in ``seen``."""
+    matched = 0
+    while matched < len(hashes) and hashes[matched] in seen:
+        matched += 1
+    return matched
 
 
 def _restorable(components: Sequence[Component], units: dict[str, set[str]], hashes: list[str], limit: int) -> int:

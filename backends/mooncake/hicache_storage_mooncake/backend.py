@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -342,12 +343,9 @@ class MooncakeBackend(Backend[MooncakeOptions]):
 
     def _write_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
         """Copy [header, page] records into a staging slab and upsert them, one slab-full at a time."""
-        arena = self._staging_arena()
-        host, view = arena.array, arena.view
-        self.counters.bump("mooncake_staged_writes", len(staged))
-        with arena.slab() as slab:
-            for begin in range(0, len(staged), arena.per_slab):
-                chunk = staged[begin : begin + arena.per_slab]
+        with self._staging_slab(staged, "mooncake_staged_writes") as (arena, slab, chunks):
+            host, view = arena.array, arena.view
+            for chunk in chunks:
                 chunk_ptrs, chunk_sizes = [], []
                 offset = slab
                 for index in chunk:
@@ -376,6 +374,15 @@ class MooncakeBackend(Backend[MooncakeOptions]):
                 )
                 for index, code in zip(chunk, codes, strict=True):
                     out[index] = code == 0
+
+    @contextmanager
+    def _staging_slab(self, staged: list[int], counter: str) -> Iterator[tuple[SlabArena, int, list[list[int]]]]:
+        """The staging arena with one slab held, and the indices ``staged`` in slab-fulls; counts them."""
+        arena = self._staging_arena()
+        self.counters.bump(counter, len(staged))
+        with arena.slab() as slab:
+            step = arena.per_slab
+            yield arena, slab, [staged[begin : begin + step] for begin in range(0, len(staged), step)]
 
     def _read_once(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
         return self._by_slab(keys, pages, self._read_direct, self._read_staged)
@@ -415,12 +422,9 @@ class MooncakeBackend(Backend[MooncakeOptions]):
 
     def _read_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
         """Get records into a staging slab, check each, then copy the good pages out; one slab-full at a time."""
-        arena = self._staging_arena()
-        host, view = arena.array, arena.view
-        self.counters.bump("mooncake_staged_reads", len(staged))
-        with arena.slab() as slab:
-            for begin in range(0, len(staged), arena.per_slab):
-                chunk = staged[begin : begin + arena.per_slab]
+        with self._staging_slab(staged, "mooncake_staged_reads") as (arena, slab, chunks):
+            host, view = arena.array, arena.view
+            for chunk in chunks:
                 totals = [HEADER_SIZE + sum(segment.nbytes for segment in pages[index]) for index in chunk]
                 starts = [slab + sum(totals[:n]) for n in range(len(chunk))]
                 codes = self._check(

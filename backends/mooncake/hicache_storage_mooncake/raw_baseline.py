@@ -24,6 +24,7 @@ meet the backend's records. Keys of one call must be distinct (as in any Mooncak
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,17 @@ __all__ = ["RAW_PREFIX", "RawMooncake"]
 
 #: Put after ``key_prefix`` in front of every object key the raw client writes.
 RAW_PREFIX = "raw-baseline/"
+
+
+@dataclass(frozen=True)
+class _StagedChunk:
+    """Pages that fit the staging buffer together: object names, staging addresses and sizes, and
+    each page's (caller view, staging offset, size)."""
+
+    names: list[str]
+    addresses: list[int]
+    sizes: list[int]
+    pieces: list[tuple[memoryview, int, int]]
 
 
 class RawMooncake:
@@ -85,43 +97,40 @@ class RawMooncake:
         if begin < len(views):
             yield range(begin, len(views))
 
-    def _layout(self, views: Sequence[memoryview], chunk: range) -> tuple[list[int], list[int]]:
-        """Staging offsets and sizes of the pages of ``chunk``, back to back."""
-        offsets, sizes, offset = [], [], 0
-        for index in chunk:
-            offsets.append(offset)
-            sizes.append(views[index].nbytes)
-            offset += views[index].nbytes
-        return offsets, sizes
-
-    def set(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+    def _staged(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> Iterator[_StagedChunk]:
+        """The pages in chunks that fit the staging buffer, each page's bytes back to back in it."""
         names = [self.prefix + key for key in keys]
         views = [flat_view(buffer) for buffer in buffers]
-        results: list[bool] = []
         for chunk in self._chunks(views):
-            offsets, sizes = self._layout(views, chunk)
-            for index, offset, size in zip(chunk, offsets, sizes, strict=True):
-                self._staging[offset : offset + size] = np.frombuffer(views[index], np.uint8)
-            codes = self.store.batch_upsert_from(
-                names[chunk.start : chunk.stop], [self._base + offset for offset in offsets], sizes, self._replicate
+            pieces, offset = [], 0
+            for index in chunk:
+                pieces.append((views[index], offset, views[index].nbytes))
+                offset += views[index].nbytes
+            yield _StagedChunk(
+                names[chunk.start : chunk.stop],
+                [self._base + start for _, start, _ in pieces],
+                [size for _, _, size in pieces],
+                pieces,
             )
+
+    def set(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
+        results: list[bool] = []
+        for chunk in self._staged(keys, buffers):
+            for view, offset, size in chunk.pieces:
+                self._staging[offset : offset + size] = np.frombuffer(view, np.uint8)
+            codes = self.store.batch_upsert_from(chunk.names, chunk.addresses, chunk.sizes, self._replicate)
             results.extend(int(code) == 0 for code in codes)
-        self._written.update(names)
+            self._written.update(chunk.names)
         return results
 
     def get(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
-        names = [self.prefix + key for key in keys]
-        views = [flat_view(buffer) for buffer in buffers]
         results: list[bool] = []
-        for chunk in self._chunks(views):
-            offsets, sizes = self._layout(views, chunk)
-            codes = self.store.batch_get_into(
-                names[chunk.start : chunk.stop], [self._base + offset for offset in offsets], sizes
-            )
-            for index, offset, size, code in zip(chunk, offsets, sizes, codes, strict=True):
+        for chunk in self._staged(keys, buffers):
+            codes = self.store.batch_get_into(chunk.names, chunk.addresses, chunk.sizes)
+            for (view, offset, size), code in zip(chunk.pieces, codes, strict=True):
                 hit = int(code) == size
                 if hit:
-                    np.frombuffer(views[index], np.uint8)[:] = self._staging[offset : offset + size]
+                    np.frombuffer(view, np.uint8)[:] = self._staging[offset : offset + size]
                 results.append(hit)
         return results
 

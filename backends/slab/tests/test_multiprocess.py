@@ -109,7 +109,10 @@ def test_a_writer_killed_mid_write_never_leaves_a_readable_wrong_page(tmp_path: 
         else:
             time.sleep(rng.uniform(0.05, 0.3))
         os.kill(writer.pid, signal.SIGKILL)
-        out, _err = writer.communicate(timeout=30)
+        # The rest of stdout through the same buffered reader that read the first lines: communicate()
+        # would read the pipe itself and lose what that reader had already read ahead.
+        out = writer.stdout.read()
+        writer.communicate(timeout=30)  # stdout is at its end now: this reaps the writer, closes the pipes
         assert writer.returncode == -signal.SIGKILL
         for line in (first + out).split("\n")[:-1]:  # the last piece may be a line cut short by the kill
             index, version = map(int, line.split())

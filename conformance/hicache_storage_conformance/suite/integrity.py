@@ -42,6 +42,17 @@ def _check_neighbours(harness: Harness, handle: Handle, damaged: str, what: str)
     handle.check_pages(got, keys, [1, None, 1], f"reading the neighbours of a {what} page in one batch", rule=RULE)
 
 
+def _check_damaged(harness: Harness, how: Callable[[Any, str], None], what: str) -> None:
+    """Write a page, damage it through the side channel with ``how``, and check it reads as a miss
+    (also between two good neighbours, and through ``batch_get``)."""
+    handle = harness.open()
+    key = harness.key()
+    check_equal(handle.put([key]), [True], f"writing the page to leave {what}")
+    _damage(harness, handle, key, how)
+    _check_neighbours(harness, handle, key, what)
+    handle.check_pages(handle.get_v0([key]), [key], [None], f"batch_get of the {what} page", rule=RULE)
+
+
 class IntegrityTests:
     """Needs a side channel (the conformance hooks); corruption also needs verifies_integrity."""
 
@@ -49,27 +60,13 @@ class IntegrityTests:
 
     def test_integrity_truncated_page_is_a_miss(self, harness: Harness) -> None:
         """A stored page cut to half its length reads as a miss (batch neighbours read exactly)."""
-        handle = harness.open()
-        key = harness.key()
-        check_equal(handle.put([key]), [True], "writing the page to damage")
-        _damage(harness, handle, key, harness.hooks.truncate_stored)
-        _check_neighbours(harness, handle, key, "truncated")
-        handle.check_pages(handle.get_v0([key]), [key], [None], "batch_get of the truncated page", rule=RULE)
+        _check_damaged(harness, harness.hooks.truncate_stored, "truncated")
 
     def test_integrity_corrupted_page_is_a_miss(self, harness: Harness) -> None:
         """A stored page with one byte flipped reads as a miss (needs verifies_integrity)."""
         harness.require("verifies_integrity")
-        handle = harness.open()
-        key = harness.key()
-        check_equal(handle.put([key]), [True], "writing the page to damage")
-        _damage(harness, handle, key, harness.hooks.corrupt_stored)
-        _check_neighbours(harness, handle, key, "corrupted")
-        handle.check_pages(handle.get_v0([key]), [key], [None], "batch_get of the corrupted page", rule=RULE)
+        _check_damaged(harness, harness.hooks.corrupt_stored, "corrupted")
 
     def test_integrity_vanished_page_is_a_miss(self, harness: Harness) -> None:
         """A stored page removed behind the backend's back reads as a miss."""
-        handle = harness.open()
-        key = harness.key()
-        check_equal(handle.put([key]), [True], "writing the page to remove")
-        _damage(harness, handle, key, harness.hooks.delete_stored)
-        _check_neighbours(harness, handle, key, "deleted (behind the backend's back)")
+        _check_damaged(harness, harness.hooks.delete_stored, "deleted (behind the backend's back)")
