@@ -75,7 +75,7 @@ def backend_options(name: str, root: str) -> dict[str, Any]:
     if name == "file":
         return {"path": os.path.join(root, "file")}
     if name == "slab":
-        return {"path": os.path.join(root, "slab"), "capacity_bytes": 256 << 20}
+        return {"path": os.path.join(root, "slab"), "capacity_bytes": 2 << 30}
     if name == "sim":
         return {"sleep": False}
     if name == "redis":

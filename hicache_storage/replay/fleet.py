@@ -1,8 +1,9 @@
 """A fleet of deployments of one model at several TP sizes over one shared store (``replay --fleet``).
 
 ``--fleet tp2:2,tp4:1`` is two TP2 replicas and one TP4 replica; requests go to the replicas in
-turn. Each replica is modelled by its rank 0 (every rank of a deployment hits and misses alike): its
-host pool holds ``kv_heads / tp_size`` heads. The fleet runs twice, with head shards off (every
+turn. Every rank of a replica runs (its host pool holds ``kv_heads / tp_size`` heads, and it stores
+its own head shards); a replica's figures are its rank 0's (its ranks serve the same requests from
+the same pages, so they hit alike). The fleet runs twice, with head shards off (every
 key carries the tp rank and size: a replica reads only pages of its own TP size) and on
 (``tp_lcm_size`` = the least common multiple of the fleet's TP sizes: every replica reads what any
 wrote), and reports per TP size the storage hits and TTFT.
@@ -76,22 +77,28 @@ def run_fleet(
     """Replay ``requests`` over the fleet, head shards on (``share``) or off; per TP size hits and TTFT."""
     _check(fleet, config)
     extra = {**backend_options, **({"tp_lcm_size": fleet_lcm(fleet)} if share else {})}
-    engines: list[tuple[int, ReplayEngine]] = []
+    replicas: list[tuple[int, list[ReplayEngine]]] = []
     instances: list[HiCacheStorage] = []
     try:
         for deployment in fleet:
-            shape = replace(config.shape, kv_heads=config.shape.kv_heads // deployment.tp_size)
+            tp_size = deployment.tp_size
+            shape = replace(config.shape, kv_heads=config.shape.kv_heads // tp_size)
             for _ in range(deployment.replicas):
-                storage = load_backend(
-                    backend, make_config("replay", tp_size=deployment.tp_size, extra_config=dict(extra))
-                )
-                instances.append(storage)
-                engines.append((deployment.tp_size, ReplayEngine(replace(config, shape=shape), storage)))
+                ranks = []
+                for rank in range(tp_size):
+                    storage = load_backend(
+                        backend, make_config("replay", tp_rank=rank, tp_size=tp_size, extra_config=dict(extra))
+                    )
+                    instances.append(storage)
+                    ranks.append(ReplayEngine(replace(config, shape=shape), storage))
+                replicas.append((tp_size, ranks))
         for storage in instances:
             if storage.capabilities.supports_clear:
                 storage.clear()
         for number, request in enumerate(requests):
-            engines[number % len(engines)][1].step(request)
+            for engine in replicas[number % len(replicas)][1]:
+                engine.step(request)
+        engines = [(tp_size, ranks[0]) for tp_size, ranks in replicas]
         return {"share": share, "tp_lcm_size": extra.get("tp_lcm_size"), "by_tp": _by_tp(engines)}
     finally:
         for storage in instances:
