@@ -183,3 +183,16 @@ def test_hybrid_pools_split_kv_like_pools_only():
             pools["swa"].get_data_page((4 + slot) * 4).view(torch.uint8),
             pools["swa"].get_data_page(slot * 4).view(torch.uint8),
         )
+
+
+def test_a_pool_without_head_geometry_keeps_whole_pages(caplog):
+    class Foreign:
+        """A host pool that does not say its heads (only SGLang's required surface)."""
+
+        page_size, size, dtype, layout, size_per_token = 4, 16, "bfloat16", "page_first", 64
+
+    storage = load_backend(SharedMemory, make_config("m", tp_size=2, extra_config={"tp_lcm_size": 4}))
+    with caplog.at_level(logging.WARNING, logger="hicache_storage.pools.shard_plan"):
+        storage.register_mem_pool_host(Foreign())
+    assert storage.keyspace is not None and storage.keyspace.shards == 0
+    assert ["does not say its head_num" in record.getMessage() for record in caplog.records] == [True]
