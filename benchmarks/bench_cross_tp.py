@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,8 +48,6 @@ OPS = ("set", "exists", "get")
 
 def _s3_settings(bucket: str) -> dict[str, Any]:
     """The test S3 server's settings, with ``bucket`` created on it."""
-    from pathlib import Path
-
     from hicache_storage.testing.services import TestServices, s3_client
 
     settings = TestServices(Path(__file__).resolve().parent.parent).settings()
@@ -205,8 +204,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 codec = f"gather {row['gather_ms']:.2f} ms scatter {row['scatter_ms']:.2f} ms"
                 print(f"{name:6} {layout:17} unsplit/split: " + "  ".join(cells) + f"  ({codec})")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"rows": rows, "machine": describe()}, out, indent=2)
+        Path(args.json).write_text(json.dumps({"rows": rows, "machine": describe()}, indent=2) + "\n")
     return rows
 
 
