@@ -180,7 +180,7 @@ class HiCacheStorage:
             namespace=self.settings.namespace,
             model_revision=self.settings.model_revision,
         )
-        space, shards = shard_space(name, self.config, self.settings, facts, space)
+        space, shards = shard_space(name, self.config, self.settings, facts, space, off=self._pools.shards_off)
         if self._pools.add(RegisteredPool(name, pool, space, facts, shards=shards)):
             self._stack.engine.on_register_pool(pool, space)
         if name == KV_POOL:

@@ -196,3 +196,13 @@ def test_a_pool_without_head_geometry_keeps_whole_pages(caplog):
         storage.register_mem_pool_host(Foreign())
     assert storage.keyspace is not None and storage.keyspace.shards == 0
     assert ["does not say its head_num" in record.getMessage() for record in caplog.records] == [True]
+
+
+def test_sharing_off_warns_once_per_deployment(caplog):
+    from hicache_storage.testing import attach_hybrid_pools, make_hybrid_pools
+
+    storage = load_backend(SharedMemory, make_config("hybrid", extra_config={"tp_lcm_size": 4}))
+    with caplog.at_level(logging.WARNING, logger="hicache_storage.pools.shard_plan"):
+        attach_hybrid_pools(storage, make_hybrid_pools())  # kv and swa: 2 heads, which 4 shards cannot split
+    assert [record.getMessage().split(":")[0] for record in caplog.records] == ["pool 'kv'"]
+    assert storage.pool_keyspace("swa").shards == 0 and "tp0of1" in storage.pool_keyspace("swa").storage_key("k")

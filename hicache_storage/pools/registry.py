@@ -158,6 +158,8 @@ class PoolRegistry:
     def __init__(self) -> None:
         self._pools: dict[str, RegisteredPool] = {}
         self._lock = threading.Lock()
+        #: Pools whose head shards are off for this deployment (their keys stay rank-local).
+        self.shards_off: set[str] = set()
 
     def add(self, entry: RegisteredPool) -> bool:
         """Attach ``entry``; ``False`` when the same pool was already attached with the same geometry.

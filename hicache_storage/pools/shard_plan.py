@@ -32,8 +32,15 @@ def _geometry_int(facts: PoolFacts, name: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def plan_head_shards(name: str, config: Any, settings: StorageSettings, facts: PoolFacts) -> HeadShards | None:
-    """This rank's :class:`HeadShards` for pool ``name``, or ``None`` when its pages stay whole."""
+def plan_head_shards(
+    name: str, config: Any, settings: StorageSettings, facts: PoolFacts, off: set[str] | None = None
+) -> HeadShards | None:
+    """This rank's :class:`HeadShards` for pool ``name``, or ``None`` when its pages stay whole.
+
+    ``off``: the pools of this deployment whose sharing is already off; a warning is logged only for
+    the first (one per deployment), and ``name`` joins them when it is off too.
+    """
+    warned = off if off is not None else set()
     lcm = settings.tp_lcm_size
     if lcm is None or not settings.head_shards or name not in SHARDED_POOLS:
         return None
@@ -42,12 +49,14 @@ def plan_head_shards(name: str, config: Any, settings: StorageSettings, facts: P
     tp_size, tp_rank = int(config.tp_size), int(config.tp_rank)
     heads, head_dim, layers = (_geometry_int(facts, item) for item in ("head_num", "head_dim", "layer_num"))
     if heads is None or head_dim is None or layers is None or facts.layout not in LAYOUTS:
-        return _off(name, f"the host pool (layout {facts.layout!r}) does not say its head_num, head_dim and layer_num")
+        return _off(
+            name, f"the host pool (layout {facts.layout!r}) does not say its head_num, head_dim and layer_num", warned
+        )
     total = settings.kv_heads if settings.kv_heads is not None else heads * tp_size
     if tp_size > total or heads * tp_size != total:
-        return _off(name, f"KV heads are replicated across ranks (kv_heads={total}, tp_size={tp_size})")
+        return _off(name, f"KV heads are replicated across ranks (kv_heads={total}, tp_size={tp_size})", warned)
     if total % lcm:
-        return _off(name, f"the model's {total} KV heads do not divide by tp_lcm_size={lcm}")
+        return _off(name, f"the model's {total} KV heads do not divide by tp_lcm_size={lcm}", warned)
     split = lcm // tp_size
     row = head_dim * parse_dtype(facts.dtype).itemsize
     return HeadShards(lcm, tp_rank * split, split, heads, row, layers, facts.page_size, facts.layout)
@@ -72,14 +81,17 @@ def sharded_keyspace(space: KeySpace, shards: HeadShards, tp_size: int) -> KeySp
 
 
 def shard_space(
-    name: str, config: Any, settings: StorageSettings, facts: PoolFacts, space: KeySpace
+    name: str, config: Any, settings: StorageSettings, facts: PoolFacts, space: KeySpace, *, off: set[str] | None = None
 ) -> tuple[KeySpace, HeadShards | None]:
-    """Pool ``name``'s key space and head shards: ``(space, None)`` when its pages stay whole."""
-    shards = plan_head_shards(name, config, settings, facts)
+    """Pool ``name``'s key space and head shards: ``(space, None)`` when its pages stay whole (``off``: as for
+    :func:`plan_head_shards`)."""
+    shards = plan_head_shards(name, config, settings, facts, off)
     return (space, None) if shards is None else (sharded_keyspace(space, shards, int(config.tp_size)), shards)
 
 
-def _off(name: str, why: str) -> HeadShards | None:
-    """Warn that pool ``name`` keeps whole, rank-local pages (and why); ``None``."""
-    logger.warning("pool %r: head shards off for this deployment, keys stay rank-local: %s", name, why)
+def _off(name: str, why: str, warned: set[str]) -> HeadShards | None:
+    """Note that pool ``name`` keeps whole, rank-local pages (warning, with why, for the first such pool); ``None``."""
+    if not warned:
+        logger.warning("pool %r: head shards off for this deployment, keys stay rank-local: %s", name, why)
+    warned.add(name)
     return None
