@@ -71,6 +71,9 @@ SDK_OPTION_NAMES: frozenset[str] = frozenset(
         "module_path",
         "class_name",
         "interface_v1",
+        "tp_lcm_size",
+        "head_shards",
+        "kv_heads",
     }
 )
 

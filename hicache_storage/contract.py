@@ -37,6 +37,7 @@ from .pools.host import group_parts, pool_facts
 from .pools.names import PoolHitPolicy, PoolName, PoolTransferResult, pool_name_str
 from .pools.plan import PlannedTransfer, plan_exists, plan_transfers
 from .pools.registry import PoolRegistry, RegisteredPool
+from .pools.shard_plan import shard_space
 from .resilience import ResiliencePolicy
 from .settings import StorageSettings, check_config
 from .stats import StorageStats
@@ -179,7 +180,8 @@ class HiCacheStorage:
             namespace=self.settings.namespace,
             model_revision=self.settings.model_revision,
         )
-        if self._pools.add(RegisteredPool(name, pool, space, facts)):
+        space, shards = shard_space(name, self.config, self.settings, facts, space, off=self._pools.shards_off)
+        if self._pools.add(RegisteredPool(name, pool, space, facts, shards=shards)):
             self._stack.engine.on_register_pool(pool, space)
         if name == KV_POOL:
             self.mem_pool_host = pool
@@ -231,8 +233,8 @@ class HiCacheStorage:
 
     # ------------------------------------------------------------ moving pages
     def _exists_in(self, entry: RegisteredPool, keys: list[str], extra_info: Any) -> list[bool]:
-        skeys = entry.keyspace.storage_keys_unchecked(keys)
-        return self._stack.engine.pages_exist(skeys, self.batch_context(entry.name, extra_info))
+        skeys = entry.record_keys(keys)
+        return entry.per_page(self._stack.engine.pages_exist(skeys, self.batch_context(entry.name, extra_info)))
 
     def _move(self, op: str, entry: RegisteredPool, keys: list[str], starts: list[int], extra_info: Any) -> list[bool]:
         """Read (``op="get"``) or write (``"set"``) ``keys`` at slot ``starts`` of ``entry``'s pool."""
@@ -245,11 +247,13 @@ class HiCacheStorage:
     def _pages(
         self, op: str, entry: RegisteredPool, keys: list[str], pages: list[PageBuffers], extra: Any
     ) -> list[bool]:
-        skeys = entry.keyspace.storage_keys_unchecked(keys)
+        skeys = entry.record_keys(keys)
         context = self.batch_context(entry.name, extra)
+        records, scatter = entry.records(op, pages)
         if op == "get":
-            return self._stack.engine.read_pages(skeys, pages, context)
-        results = self._stack.engine.write_pages(skeys, pages, context)
+            found = entry.per_page(self._stack.engine.read_pages(skeys, records, context))
+            return scatter(found) if scatter is not None else found
+        results = entry.per_page(self._stack.engine.write_pages(skeys, records, context))
         if self._manifests is not None and any(results):
             self._manifests.after_write(entry.keyspace, context)
         return results
@@ -415,7 +419,7 @@ class HiCacheStorage:
 
     @staticmethod
     def _flat(tensor: Any, entry: RegisteredPool, what: str) -> PageBuffers:
-        return tensor_page_buffer(tensor, entry.keyspace.page_bytes, what)
+        return tensor_page_buffer(tensor, entry.facts.page_bytes, what)
 
     # ------------------------------------------------------------ maintenance
     def delete(self, keys: list[str], pool: object = KV_POOL) -> list[bool]:
@@ -430,8 +434,7 @@ class HiCacheStorage:
             raise UnsupportedOperation(f"{type(self.backend).__name__} does not declare supports_delete")
         if not keys:
             return []
-        skeys = entry.keyspace.storage_keys_unchecked(keys)
-        return self._stack.engine.delete_pages(skeys, self.batch_context(entry.name))
+        return entry.per_page(self._stack.engine.delete_pages(entry.record_keys(keys), self.batch_context(entry.name)))
 
     def list_pages(self, prefix: str = "", *, limit: int = 1000, cursor: str | None = None) -> PageListing:
         """Stored records (pages and key-space manifests) under ``prefix``, paged; needs ``supports_list``.

@@ -19,7 +19,7 @@ from .errors import ConfigError, HostPoolError
 
 __all__ = ["LAYOUTS", "HostKVPool", "dtype_name", "parse_dtype", "take_pages"]
 
-LAYOUTS = ("layer_first", "page_first", "page_first_direct")
+LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -64,10 +64,12 @@ class HostKVPool:
     """A host (CPU) KV pool of ``num_pages`` pages of ``page_size`` tokens.
 
     MHA buffer shapes: ``layer_first (2, L, size, H, D)``, ``page_first (2, size, L, H, D)``,
-    ``page_first_direct (2, pages, L, P, H, D)``. MLA (``kv_cache_dim`` = C):
-    ``layer_first (L, size, 1, C)``, ``page_first (size, L, 1, C)``,
-    ``page_first_direct (pages, L, P, 1, C)``. Token index ``t`` of a page start is a multiple of
-    ``page_size``. A page's byte image is the concatenation of :meth:`page_segments`, which is also
+    ``page_first_direct (2, pages, L, P, H, D)``, ``page_head (2, pages, H, P, L, D)`` (SGLang's:
+    each head's bytes of a page are contiguous, so a run of heads is one slice of K and one of V).
+    MLA (``kv_cache_dim`` = C): ``layer_first (L, size, 1, C)``, ``page_first (size, L, 1, C)``,
+    ``page_first_direct (pages, L, P, 1, C)`` (no ``page_head``: MLA has no heads to split). Token
+    index ``t`` of a page start is a multiple of ``page_size``. A page's byte image is the
+    concatenation of :meth:`page_segments`, which is also
     the byte order of :meth:`get_data_page` with ``flat=True``.
     """
 
@@ -93,6 +95,8 @@ class HostKVPool:
                 raise ConfigError(name, f"must be a positive int, got {value!r}")
         if layout not in LAYOUTS:
             raise ConfigError("layout", f"unknown layout {layout!r}; expected one of {list(LAYOUTS)}")
+        if is_mla and layout == "page_head":
+            raise ConfigError("layout", "page_head splits KV heads; an MLA pool has none (use page_first)")
         self.layout = layout
         self.page_size = page_size
         self.page_num = num_pages
@@ -136,6 +140,7 @@ class HostKVPool:
             "layer_first": (2, L, self.size, H, D),
             "page_first": (2, self.size, L, H, D),
             "page_first_direct": (2, pages, L, P, H, D),
+            "page_head": (2, pages, H, P, L, D),
         }[self.layout]
 
     def _plan_segments(self) -> list[tuple[int, int, int]]:
@@ -216,6 +221,8 @@ class HostKVPool:
         L, P = self.layer_num, self.page_size
         if self.is_mla:
             return (L, P, 1, self.kv_cache_dim) if self.layout == "layer_first" else (1, L, P, 1, self.kv_cache_dim)
+        if self.layout == "page_head":
+            return (2, 1, self.head_num, P, L, self.head_dim)
         return (2, L, P, self.head_num, self.head_dim)
 
     def get_dummy_flat_data_page(self) -> torch.Tensor:

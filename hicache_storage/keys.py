@@ -208,6 +208,10 @@ class KeySpace:
     revision, namespace, KV dtype, host layout, page size, bytes per page, MLA/MHA and the format
     version. The rank suffix carries tp rank/size (omitted when every rank holds the same KV),
     pp rank/size and cp rank/size. Every character is in ``[A-Za-z0-9._-]``.
+
+    A head-sharded space (``shards`` = L > 0) names records by the KV heads they hold: its layout is
+    ``"head_shards"``, its ``page_bytes`` one shard's, its geometry the global head geometry, and a
+    shard's key is ``<digest>.<bare key>.h<j>of<L>.<pp/cp suffix>`` (no tp rank or size).
     """
 
     model_name: str
@@ -233,6 +237,8 @@ class KeySpace:
     identity: tuple[tuple[str, str], ...] = ()
     #: Whether tp rank/size enter the key; ``None``: unless the pool is MLA (replicated KV).
     tp_sharded: bool | None = None
+    #: Head shards per page (``tp_lcm_size``); 0: pages are whole, one record per rank.
+    shards: int = 0
 
     @cached_property
     def digest(self) -> str:
@@ -255,6 +261,8 @@ class KeySpace:
             fields = (*fields, "pool", self.pool, *(item for pair in self.geometry for item in pair))
         if self.identity:
             fields = (*fields, "identity", *(item for pair in self.identity for item in pair))
+        if self.shards:
+            fields = (*fields, "shards", self.shards)
         hasher = hashlib.sha256(b"hicache-storage/keyspace\x00")
         for value in fields:
             raw = str(value).encode("utf-8")
@@ -264,6 +272,8 @@ class KeySpace:
     @property
     def shards_tp(self) -> bool:
         """Whether the pages differ per tp rank (so tp rank/size are part of the key)."""
+        if self.shards:
+            return False
         return not self.is_mla if self.tp_sharded is None else self.tp_sharded
 
     @cached_property
@@ -290,6 +300,12 @@ class KeySpace:
         """Storage keys for bare keys that already passed :func:`validate_keys`."""
         prefix, suffix = self.prefix, self.rank_suffix
         return [f"{prefix}{key}.{suffix}" for key in keys]
+
+    def shard_keys_unchecked(self, keys: Sequence[str], indices: Iterable[int]) -> list[str]:
+        """Storage keys of shards ``indices`` of each already validated bare key (key by key, shard by shard)."""
+        prefix, suffix = self.prefix, self.rank_suffix
+        tails = [f"h{index}of{self.shards}.{suffix}" for index in indices]
+        return [f"{prefix}{key}.{tail}" for key in keys for tail in tails]
 
 
 def describe_value(value: Any) -> str:

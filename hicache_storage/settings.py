@@ -1,5 +1,6 @@
 """The SDK's own options from ``extra_config`` (``namespace``, ``model_revision``, ``manifests``,
-``pinned``, ``resilience``), and the backend's options parsed beside them."""
+``pinned``, ``resilience``, ``tp_lcm_size``, ``head_shards``, ``kv_heads``), and the backend's options
+parsed beside them."""
 
 from __future__ import annotations
 
@@ -36,6 +37,31 @@ def _flag(extra: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
+def _count(extra: dict[str, Any], name: str) -> int | None:
+    value = extra.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"extra_config.{name}", f"expected a positive int, got {value!r}")
+    return value
+
+
+def _lcm_size(config: HiCacheStorageConfig, extra: dict[str, Any]) -> int | None:
+    """``tp_lcm_size`` from the config (where SGLang puts it) or ``extra_config``; ``tp_size`` must divide it."""
+    value = getattr(config, "tp_lcm_size", None)
+    if value is None or value == 0:
+        value = _count(extra, "tp_lcm_size")
+    elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError("tp_lcm_size", f"expected a positive int, got {value!r}")
+    if value is not None and value % config.tp_size:
+        raise ConfigError(
+            "tp_lcm_size",
+            f"tp_size={config.tp_size} does not divide tp_lcm_size={value}; "
+            "tp_lcm_size must be a common multiple of every deployment's tp_size",
+        )
+    return value
+
+
 def _text(extra: dict[str, Any], name: str) -> str:
     value = extra.get(name, "")
     if not isinstance(value, str):
@@ -50,7 +76,10 @@ class StorageSettings:
     - ``namespace`` / ``model_revision``: enter every key space;
     - ``manifests``: write a manifest per key space after writes (where the backend lists);
     - ``pinned``: this deployment's key spaces are skipped by age purges and the SDK's own eviction;
-    - ``resilience``: the policy's options, ``None`` when turned off.
+    - ``resilience``: the policy's options, ``None`` when turned off;
+    - ``tp_lcm_size``: head shards per page (``None``: pages stay rank-local); ``head_shards``: whether
+      splitting is on when ``tp_lcm_size`` is set (default true); ``kv_heads``: the model's global KV
+      head count, where known (tells replicated heads apart; default ``head_num * tp_size``).
     """
 
     namespace: str
@@ -59,11 +88,15 @@ class StorageSettings:
     pinned: bool
     resilience: ResilienceOptions | None
     backend_values: dict[str, Any]
+    tp_lcm_size: int | None = None
+    head_shards: bool = True
+    kv_heads: int | None = None
 
     @classmethod
     def from_config(cls, config: object) -> StorageSettings:
         """Parse ``config.extra_config``; raises :class:`ConfigError` naming a bad SDK option."""
-        extra = dict(check_config(config).extra_config or {})
+        checked = check_config(config)
+        extra = dict(checked.extra_config or {})
         return cls(
             namespace=_text(extra, "namespace"),
             model_revision=_text(extra, "model_revision"),
@@ -71,6 +104,9 @@ class StorageSettings:
             pinned=_flag(extra, "pinned", False),
             resilience=ResilienceOptions.from_config(extra.get("resilience")),
             backend_values={k: v for k, v in extra.items() if k not in SDK_OPTION_NAMES},
+            tp_lcm_size=_lcm_size(checked, extra),
+            head_shards=_flag(extra, "head_shards", True),
+            kv_heads=_count(extra, "kv_heads"),
         )
 
     @property

@@ -126,3 +126,22 @@ def test_flat_page_of_wrong_size_is_rejected():
     pool = make("page_first", False)
     with pytest.raises(HostPoolError, match="bytes"):
         pool.set_from_flat_data_page(0, torch.zeros(3, dtype=torch.bfloat16))
+
+
+def test_page_head_matches_sglang_shape_and_head_runs_are_contiguous():
+    pool = make("page_head", False)
+    assert tuple(pool.kv_buffer.shape) == (2, 5, H, P, L, D)
+    page = pool.get_data_page(8)
+    assert torch.equal(page.view(torch.uint8), pool.kv_buffer[:, 2].flatten().view(torch.uint8))
+    k, v = pool.page_segments(8)
+    head = P * L * D * 2
+    assert bytes(k[head : 2 * head]) == pool.kv_buffer[0, 2, 1].contiguous().view(torch.uint8).numpy().tobytes()
+    assert bytes(v[:head]) == pool.kv_buffer[1, 2, 0].contiguous().view(torch.uint8).numpy().tobytes()
+    pool.set_from_flat_data_page(16, page)
+    assert torch.equal(pool.get_data_page(16).view(torch.uint8), page.view(torch.uint8))
+    assert tuple(pool.get_data_page(8, flat=False).shape) == (2, 1, H, P, L, D)
+
+
+def test_page_head_refuses_mla():
+    with pytest.raises(ConfigError, match="page_head"):
+        make("page_head", True)

@@ -18,6 +18,7 @@ from .suite.bad_input import BadInputTests
 from .suite.batch import BatchTests
 from .suite.capability_tests import ClearTests, DeleteTests, EvictionTests, PersistenceTests
 from .suite.concurrency import ConcurrencyTests
+from .suite.cross_tp import CrossTpTests
 from .suite.faults import FaultTests
 from .suite.integrity import IntegrityTests
 from .suite.isolation import IsolationTests
@@ -49,6 +50,7 @@ MIXINS: tuple[type, ...] = (
     FaultTests,
     ModelTests,
     MultiPoolTests,
+    CrossTpTests,
 )
 if tuple(vars(mixin)["category"] for mixin in MIXINS) != CATEGORIES:  # pragma: no cover - a packaging mistake
     raise ImportError("categories.CATEGORIES does not list the suite's mixins in order")

@@ -22,6 +22,7 @@ CATEGORIES: tuple[str, ...] = (
     "faults",
     "model",
     "multi_pool",
+    "cross_tp",
 )
 
 

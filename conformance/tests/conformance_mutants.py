@@ -12,6 +12,7 @@ stored records and switches their store off and on, except for ``HOOKLESS`` muta
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any
@@ -246,6 +247,52 @@ class CopiesThroughBytes(MemoryBackend):
         return out
 
 
+_SHARD = re.compile(r"\.h(\d+)of(\d+)\.")
+
+
+class ShardsByWriterRank(MemoryBackend):
+    """Files head shards under the writer's tp rank too: a rank reads back its own shards, no other TP size can."""
+
+    def __init__(self, setup: BackendSetup[Any]) -> None:
+        super().__init__(setup)
+        self.writer = f"w{setup.config.tp_rank}of{setup.config.tp_size}." if setup.config is not None else ""
+
+    def _key(self, key: str) -> str:
+        return _SHARD.sub(lambda match: f"{match.group(0)}{self.writer}", key)
+
+    def write_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
+        return super().write_pages([self._key(k) for k in keys], pages, context)
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
+        return super().read_pages([self._key(k) for k in keys], pages, context)
+
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        return super().pages_exist([self._key(k) for k in keys], context)
+
+    def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        return super().delete_pages([self._key(k) for k in keys], context)
+
+
+class HalfPageHit(MemoryBackend):
+    """A missing head shard counts as found when another shard of its page is stored (a half-filled hit)."""
+
+    def _sibling(self, key: str) -> bool:
+        match = _SHARD.search(key)
+        if match is None:
+            return False
+        head, tail = key[: match.start()], key[match.end() :]
+        with _LOCK:
+            return any(f"{head}.h{j}of{match.group(2)}.{tail}" in self.store for j in range(int(match.group(2))))
+
+    def read_pages(self, keys: Sequence[str], pages: Sequence[Page], context: BatchContext) -> list[bool]:
+        found = super().read_pages(keys, pages, context)
+        return [hit or self._sibling(key) for key, hit in zip(keys, found)]
+
+    def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
+        found = super().pages_exist(keys, context)
+        return [hit or self._sibling(key) for key, hit in zip(keys, found)]
+
+
 # ----------------------------------------------------------------------------- caller mutants (SGLang surface)
 class CallerMutant:
     """A class with SGLang's storage surface over a correct caller instance (``self.storage``), as an SGLang
@@ -425,6 +472,8 @@ MUTANTS: dict[str, tuple[str, str]] = {
     "SwallowsWriteErrorsNoHooks": ("the same, and the backend offers no fault hook or side channel at all", "faults"),
     "SwallowsReadErrors": ("a read that fails while filling the page reports a hit (errors swallowed)", "faults"),
     "CopiesThroughBytes": ("declares zero_copy but copies every page through an intermediate bytes", "zero_copy"),
+    "ShardsByWriterRank": ("head shards are keyed by the writer's tp rank: other TP sizes never find them", "cross_tp"),
+    "HalfPageHit": ("a page with a missing head shard is reported (and read) as a hit", "cross_tp"),
 }
 
 #: Mutants run with no hooks at all (what a test needing no hook must still catch).

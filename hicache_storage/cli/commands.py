@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     new.set_defaults(handler=_cmd_new_backend)
 
     from .health import add_health_commands
+    from .keyspace import add_keyspace_command
     from .operate import add_usage_command
     from .purge import add_purge_command
     from .sglang_args import add_sglang_args_command
@@ -232,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_purge_command(sub)
     add_health_commands(sub)
     add_sglang_args_command(sub)
+    add_keyspace_command(sub)
     _add_optional(sub, "bench", "hicache_storage.cli.bench", _cmd_bench)
     _add_optional(sub, "replay", "hicache_storage.cli.replay", _cmd_replay)
     return parser

@@ -87,6 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--plot", help="write PNG plots to this directory")
     parser.add_argument("--plot-prefix", default="replay", help="file name prefix of the plots")
+    parser.add_argument(
+        "--fleet",
+        help="deployments of several TP sizes over one shared store, e.g. tp2:2,tp4:1 (mode cache, head shards "
+        "off and on; needs --model-shape with KV heads divisible by the TP sizes' least common multiple)",
+    )
 
 
 def _shape(args: argparse.Namespace) -> ModelShape:
@@ -105,6 +110,46 @@ def _model(args: argparse.Namespace) -> ModelPreset | None:
     return load_model(args.model, args.checkpoint_tokens)
 
 
+def _engine_config(args: argparse.Namespace, mode: str, model: ModelPreset | None) -> EngineConfig:
+    return EngineConfig(
+        mode=mode,
+        device_tokens=args.device_tokens,
+        host_ratio=args.host_ratio,
+        page_size=args.page_size,
+        block_tokens=args.block_tokens,
+        shape=_shape(args),
+        prefill_tokens_per_s=args.prefill_tokens_per_s,
+        model=model,
+    )
+
+
+def _fleet(args: argparse.Namespace, requests: list[Any], options: dict[str, Any], console: Console) -> int:
+    """``--fleet``: the fleet with head shards off, then on; a table per TP size and the JSON."""
+    from rich.table import Table
+
+    from ..replay.fleet import parse_fleet, run_fleet
+
+    if args.backend is None:
+        raise ValueError("--fleet needs --backend (a store the fleet shares)")
+    fleet = parse_fleet(args.fleet)
+    config = _engine_config(args, "cache", None)
+    runs = [run_fleet(requests, config, fleet, args.backend, options, share=share) for share in (False, True)]
+    table = Table(title=f"fleet {args.fleet}: {len(requests):,} requests over one {args.backend} store")
+    for column in ("head shards", "deployment", "requests", "storage hits", "all cache hits", "TTFT p50", "TTFT p90"):
+        table.add_column(column)
+    for run in runs:
+        label = f"on (tp_lcm_size={run['tp_lcm_size']})" if run["share"] else "off"
+        for name, row in run["by_tp"].items():
+            ttft = row["ttft_s"]
+            cells = [f"{row['storage_hit_rate']:.1%}", f"{row['cached_hit_rate']:.1%}"]
+            cells += [f"{ttft['p50'] * 1e3:.1f} ms", f"{ttft['p90'] * 1e3:.1f} ms"]
+            table.add_row(label, name, str(row["requests"]), *cells)
+    console.print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"fleet": args.fleet, "runs": runs}, indent=2), encoding="utf-8")
+    return 0
+
+
 def main(args: argparse.Namespace, console: Console) -> int:
     """Run the ``replay`` sub-command; returns the exit status."""
     from .arguments import parse_json_option
@@ -121,19 +166,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         real = _shape(args)
         options["sim_write_gbps"] = args.model_io_gbps * 2 * real.head_dim / model.kv_bytes_per_token
     requests = read_trace(args.trace, block_tokens=args.block_tokens, limit=args.requests)
-    configs = [
-        EngineConfig(
-            mode=mode,
-            device_tokens=args.device_tokens,
-            host_ratio=args.host_ratio,
-            page_size=args.page_size,
-            block_tokens=args.block_tokens,
-            shape=_shape(args),
-            prefill_tokens_per_s=args.prefill_tokens_per_s,
-            model=model,
-        )
-        for mode in modes
-    ]
+    if args.fleet:
+        return _fleet(args, requests, options, console)
+    configs = [_engine_config(args, mode, model) for mode in modes]
     results: list[ModeResult] = []
     with progress_bar(console) as progress:
         for config in configs:

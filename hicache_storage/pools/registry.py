@@ -22,6 +22,7 @@ from ..page_buffers import PageBuffers
 from .buffers import pool_page_buffers
 from .host import PoolFacts
 from .names import pool_name_str
+from .shards import HeadShards
 
 __all__ = ["PoolRegistry", "RegisteredPool"]
 
@@ -34,13 +35,35 @@ def _page_offsets(page_size: int) -> torch.Tensor:
 
 @dataclass
 class RegisteredPool:
-    """One attached host pool: its name, key space and facts."""
+    """One attached host pool: its name, key space and facts; ``shards`` when its pages split into head shards."""
 
     name: str
     pool: Any
     keyspace: KeySpace
     facts: PoolFacts
     _zero_copy: bool | None = None
+    shards: HeadShards | None = None
+
+    def record_keys(self, keys: Sequence[str]) -> list[str]:
+        """Storage keys of the records holding validated ``keys``' pages (each page's shards, in order)."""
+        if self.shards is None:
+            return self.keyspace.storage_keys_unchecked(keys)
+        return self.shards.storage_keys(self.keyspace, keys)
+
+    def per_page(self, flags: list[bool]) -> list[bool]:
+        """Per-record flags folded to one per page (a page counts only when all its shards do)."""
+        return flags if self.shards is None else self.shards.fold(flags)
+
+    def records(
+        self, op: str, pages: list[PageBuffers]
+    ) -> tuple[list[PageBuffers], Callable[[list[bool]], list[bool]] | None]:
+        """Buffers of the records of ``pages`` for ``op`` (``"get"``/``"set"``), and what to run with the
+        per-page read results (scatter staged shards; ``None`` when the records are the pages' memory)."""
+        if self.shards is None:
+            return pages, None
+        if op == "get":
+            return self.shards.for_read(pages)
+        return self.shards.for_write(pages), None
 
     @property
     def page_size(self) -> int:
@@ -135,6 +158,8 @@ class PoolRegistry:
     def __init__(self) -> None:
         self._pools: dict[str, RegisteredPool] = {}
         self._lock = threading.Lock()
+        #: Pools whose head shards are off for this deployment (their keys stay rank-local).
+        self.shards_off: set[str] = set()
 
     def add(self, entry: RegisteredPool) -> bool:
         """Attach ``entry``; ``False`` when the same pool was already attached with the same geometry.

@@ -42,7 +42,7 @@ HYBRID_CONTROLLER = "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller"
 RADIX_CACHE = "sglang.srt.mem_cache.radix_cache"
 
 #: What is taken from each file: top-level definitions, and methods of the controller class.
-BASE_TOP_LEVEL = ("PrefetchAck", "StorageOperation")
+BASE_TOP_LEVEL = ("PrefetchAck", "StorageOperation", "storage_model_name")
 BASE_METHODS = (
     "backup_skip",
     "_all_reduce",
@@ -57,6 +57,7 @@ BASE_METHODS = (
     "_page_backup",
     "_page_backup_or_log",
     "write_storage",
+    "_generate_storage_config",
 )
 HYBRID_TOP_LEVEL = ("_NO_POOL_VERDICT", "_trailing_chain_groups", "StorageOperation", "PrefetchOperation")
 HYBRID_METHODS = (

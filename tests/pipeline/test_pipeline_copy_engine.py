@@ -16,8 +16,11 @@ def test_page_runs_merge_pages_consecutive_on_both_sides() -> None:
     assert page_runs([], []) == []
 
 
-@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
-@pytest.mark.parametrize("is_mla", [False, True])
+@pytest.mark.parametrize(
+    ("layout", "is_mla"),
+    [(layout, mla) for layout in ("layer_first", "page_first", "page_first_direct") for mla in (False, True)]
+    + [("page_head", False)],
+)
 def test_round_trip_moves_exactly_the_named_pages(device: str, layout: str, is_mla: bool) -> None:
     pool = make_device_pool(device, num_pages=8, layout=layout, is_mla=is_mla)
     host = pool.host_pool(6)

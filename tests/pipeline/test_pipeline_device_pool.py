@@ -11,8 +11,11 @@ from hicache_storage.pipeline import DeviceKVPool
 from hicache_storage.pipeline.device_pool import page_view
 
 
-@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
-@pytest.mark.parametrize("is_mla", [False, True])
+@pytest.mark.parametrize(
+    ("layout", "is_mla"),
+    [(layout, mla) for layout in ("layer_first", "page_first", "page_first_direct") for mla in (False, True)]
+    + [("page_head", False)],
+)
 def test_geometry_matches_a_host_pool(device: str, layout: str, is_mla: bool) -> None:
     pool = make_device_pool(device, num_pages=5, layout=layout, is_mla=is_mla)
     host = pool.host_pool(7)

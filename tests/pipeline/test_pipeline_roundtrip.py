@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import pytest
-from pipeline_support import PAGE_SIZE, assert_holds, chain, make_pipeline, make_span
+from pipeline_support import PAGE_SIZE, assert_holds, chain, make_pipeline, make_span, sim_backend
 
 from hicache_storage.pipeline import BackupDecision, PrefetchRequest, PrefetchState
 
 LAYOUTS = [(layout, mla) for layout in ("layer_first", "page_first", "page_first_direct") for mla in (False, True)]
+LAYOUTS += [("page_head", False)]
 
 
+@pytest.mark.parametrize("lcm", [None, 2], ids=["whole", "head-shards"])
 @pytest.mark.parametrize(("layout", "is_mla"), LAYOUTS)
-def test_backup_then_load_back_is_byte_exact(device: str, layout: str, is_mla: bool) -> None:
-    pipe = make_pipeline(device, layout=layout, is_mla=is_mla)
+def test_backup_then_load_back_is_byte_exact(device: str, layout: str, is_mla: bool, lcm: int | None) -> None:
+    storage = sim_backend(**({"tp_lcm_size": lcm} if lcm else {}))
+    pipe = make_pipeline(device, storage, layout=layout, is_mla=is_mla)
+    space = storage.keyspace
+    assert space is not None and space.shards == (0 if lcm is None or is_mla else lcm)
     hashes = chain(6)
     root = make_span(pipe, 1, hashes[:4])
     child = make_span(pipe, 2, hashes[4:], parent=hashes[3])
