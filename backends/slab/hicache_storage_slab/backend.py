@@ -36,12 +36,13 @@ from hicache_storage.plugin import (
 from hicache_storage.plugin.io_threads import IoThreads
 from hicache_storage.plugin.page_format import record_codec
 
+from .header_area import blank_headers
 from .layout import SUPERBLOCK_SIZE, LegacyLayoutError, SuperblockError, parse_superblock
 from .listing import list_slab_pages, slab_prefixes
 from .options import SlabOptions, io_thread_count, resolve_root
 from .raw_baseline import RawSlab
 from .registry import SlabRegistry
-from .slab import Slab, WritePlan, blank_headers
+from .slab import Slab, WritePlan
 from .slab_files import SlabFile, remove_if_unused
 
 __all__ = ["SlabBackend"]

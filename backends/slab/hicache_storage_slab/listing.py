@@ -14,8 +14,8 @@ import os
 
 from hicache_storage.plugin import StoredPage, keyspace_prefix_of
 
+from .header_area import committed_entries
 from .layout import ENTRY_SIZE, SUPERBLOCK_SIZE, SuperblockError, parse_superblock
-from .slab import committed_entries
 from .slab_files import SLAB_FILE_MARK
 
 __all__ = ["list_slab_pages", "slab_prefixes"]

@@ -23,7 +23,6 @@ per-set lock around steps 1-2 only, so they never pick the same victim.
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
 import secrets
@@ -36,6 +35,7 @@ import xxhash
 
 from hicache_storage.plugin.page_format import PageRecordError, RecordCodec
 
+from .header_area import blank_headers, committed_entries
 from .layout import (
     COMMITTED,
     DAMAGED,
@@ -57,7 +57,7 @@ from .page_io import DirectRefused, direct_aligned, page_checksum, read_hashed, 
 from .set_scan import scan_set
 from .slab_files import Bump, SlabFile, attach_direct, open_files
 
-__all__ = ["CLAIM_WAIT_S", "Slab", "WritePlan", "blank_headers", "committed_entries"]
+__all__ = ["CLAIM_WAIT_S", "Slab", "WritePlan"]
 
 _BLANK = bytes(ENTRY_SIZE)
 _DAMAGED_ENTRY_STATE = DAMAGED
@@ -479,32 +479,6 @@ class Slab:
     def close(self) -> None:
         for file in self.files:
             file.close()
-
-
-def committed_entries(fd: int, geometry: Geometry) -> list[Entry]:
-    """The committed headers of one slab file, read in pieces of at most 1 MiB."""
-    begin, end = geometry.header_offset, geometry.header_offset + geometry.sets_per_file * geometry.ways * ENTRY_SIZE
-    step = max(ENTRY_SIZE, (1 << 20) // ENTRY_SIZE * ENTRY_SIZE)
-    found: list[Entry] = []
-    for offset in range(begin, end, step):
-        size = min(step, end - offset)
-        raw = os.pread(fd, size, offset)
-        if len(raw) != size:
-            raise OSError(errno.EIO, f"short read of slot headers at offset {offset}")
-        found.extend(entry for entry in decode_set(raw, size // ENTRY_SIZE) if entry.state == COMMITTED)
-    return found
-
-
-def blank_headers(fd: int, geometry: Geometry) -> None:
-    """Zero the header area of a slab file: every slot becomes empty."""
-    begin, end = geometry.header_offset, geometry.data_offset
-    chunk = bytes(min(end - begin, 1 << 20))
-    offset = begin
-    while offset < end:
-        written = os.pwrite(fd, memoryview(chunk)[: min(len(chunk), end - offset)], offset)
-        if written <= 0:
-            raise OSError(errno.EIO, "could not blank slot headers")
-        offset += written
 
 
 def _busy_ways(pending: set[tuple[int, int]], index: int, set_offset: int, ways: int) -> set[int]:
