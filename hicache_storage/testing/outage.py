@@ -15,7 +15,6 @@ import os
 import random
 import secrets
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -32,44 +31,13 @@ from ..host_pool import HostKVPool
 from . import make_pool as make_test_pool
 from . import random_keys
 from .fixtures import checkout_services
+from .ports import HOST, free_ports
 from .services import TestServices
 
-HOST = "127.0.0.1"
 PAGE_SIZE = 4
 
 
 # --------------------------------------------------------------------------- servers
-def port_free(port: int) -> bool:
-    """Whether ``port`` can be bound on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def _ephemeral_low() -> int:
-    """The lowest port the kernel hands out to client sockets (a server port above it may be taken any time)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_ports(count: int, *, bus_offset: int | None = None) -> list[int]:
-    """``count`` consecutive free ports from 20000 up (and ``port + bus_offset`` free as well), all below the
-    kernel's ephemeral range, so no client socket of a busy run takes one between this check and the start."""
-    top = min(29990, _ephemeral_low() - (bus_offset or 0)) - count
-    for _ in range(200):
-        base = random.randrange(20000, max(top, 20001))
-        ports = list(range(base, base + count))
-        wanted = ports + ([p + bus_offset for p in ports] if bus_offset else [])
-        if all(port_free(p) for p in wanted):
-            return ports
-    raise RuntimeError("no free loopback ports found")
-
-
 class PrivateServices(TestServices):
     """Test servers (redis, redis-cluster, s3, mooncake) owned by one test module."""
 

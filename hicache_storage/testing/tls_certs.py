@@ -7,7 +7,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .outage import HOST
+from .ports import HOST
 
 
 class TlsFiles(NamedTuple):

@@ -16,7 +16,6 @@ from hicache_storage.testing.fault_figures import (
     write_summary,
 )
 from hicache_storage.testing.outage import (
-    HOST,
     PAGE_SIZE,
     PrivateServices,
     TimedWorkload,
@@ -24,17 +23,16 @@ from hicache_storage.testing.outage import (
     assert_clean,
     fault_phase,
     fill_page,
-    free_ports,
     make_keys,
     make_pool,
     page_content,
-    port_free,
     race_writers,
     read_page,
     round_trip_ok,
     scramble_pages,
     unit_pid,
 )
+from hicache_storage.testing.ports import HOST, free_ports, port_free
 
 __all__ = [
     "FAULT_ROWS",

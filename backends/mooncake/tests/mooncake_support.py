@@ -19,6 +19,7 @@ from hicache_storage import HiCacheStorage, HostKVPool, make_config
 from hicache_storage import testing as kit
 from hicache_storage.testing import outage
 from hicache_storage.testing.fixtures import checkout_services
+from hicache_storage.testing.ports import HOST
 
 __all__ = [
     "PAGE_SIZE",
@@ -92,7 +93,7 @@ def raw_store(storage: HiCacheStorage) -> MooncakeRawStore:
 def open_on_ports(ports: Sequence[int], key_prefix: str, **extra: Any) -> HiCacheStorage:
     """A client of the private master on ``ports`` (rpc, http metadata, ...), with the outage kit's pool
     registered (``storage.mem_pool_host``); its objects under ``key_prefix``."""
-    master, metadata = f"{outage.HOST}:{ports[0]}", f"http://{outage.HOST}:{ports[1]}/metadata"
+    master, metadata = f"{HOST}:{ports[0]}", f"http://{HOST}:{ports[1]}/metadata"
     options = store_options(master, metadata, key_prefix=key_prefix, **extra)
     storage = HiCacheStorage(MooncakeBackend, make_config("rel-model", extra_config=options))
     storage.register_mem_pool_host(outage.make_pool())

@@ -9,7 +9,7 @@ from redis_support import SERVICES
 
 from hicache_storage import HiCacheStorage, make_config
 from hicache_storage.testing.hooks import SideChannelUnavailable
-from hicache_storage.testing.outage import free_ports
+from hicache_storage.testing.ports import free_ports
 
 
 @pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])

@@ -28,13 +28,11 @@ from hicache_storage import ConfigError, HiCacheStorage, load_backend, make_conf
 from hicache_storage.plugin.page_format import HEADER_SIZE
 from hicache_storage.testing.fault_figures import record_fault_row
 from hicache_storage.testing.outage import (
-    HOST,
     PAGE_SIZE,
     TimedWorkload,
     assert_clean,
     fault_phase,
     fill_page,
-    free_ports,
     make_keys,
     make_pool,
     page_content,
@@ -42,6 +40,7 @@ from hicache_storage.testing.outage import (
     round_trip_ok,
     scramble_pages,
 )
+from hicache_storage.testing.ports import HOST, free_ports
 from hicache_storage.testing.tls_certs import TlsFiles, make_certs
 
 pytestmark = pytest.mark.timeout(120)
