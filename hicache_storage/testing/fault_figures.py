@@ -10,7 +10,16 @@ from typing import Any
 
 from .outage import TimedWorkload
 
-__all__ = ["FAULT_ROWS", "FIGURES", "fault_table", "figures_summary", "record", "record_fault_row", "write_summary"]
+__all__ = [
+    "FAULT_ROWS",
+    "FIGURES",
+    "call_limit_s",
+    "fault_table",
+    "figures_summary",
+    "record",
+    "record_fault_row",
+    "write_summary",
+]
 
 #: Figures measured by the tests (name → value), printed in pytest's terminal summary.
 FIGURES: dict[str, object] = {}
@@ -44,6 +53,13 @@ def record_fault_row(
     }
     FAULT_ROWS.append(row)
     return row
+
+
+def call_limit_s(row: dict[str, Any], slack_s: float = 0.1) -> float:
+    """The longest call a fault row may show: its deadline, ``slack_s``, and twice the worst thread wake-up
+    delay measured beside the workload (``scheduling_lag_s``, 0 when the row has none): on a loaded
+    machine a call that met its deadline can still return that late."""
+    return float(row["deadline_s"]) + slack_s + 2 * float(row.get("scheduling_lag_s") or 0.0)
 
 
 def fault_table(rows: Sequence[dict[str, Any]]) -> str:

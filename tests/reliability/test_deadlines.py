@@ -32,6 +32,7 @@ from rel_support import (
 )
 
 from hicache_storage import HiCacheStorage, load_backend, make_config
+from hicache_storage.testing.fault_figures import call_limit_s
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(240)]
 
@@ -103,7 +104,7 @@ def measure(
     observed = stats["faults"] + stats["counters"].get("node_faults", 0) + timings["failed_sets_during"]
     assert observed > 0, f"{name}/{fault}: the fault was never observed"
     assert timings["hits_before"], f"{name}/{fault}: nothing was verified before the fault"
-    allowed = DEADLINE_S + SLACK_S + 2 * row["scheduling_lag_s"]
+    allowed = call_limit_s(row, SLACK_S)
     assert row["worst_call_s"] <= allowed, f"{name}/{fault}: a call overran its deadline ({allowed:.3f} s): {row}"
     assert timings["recovery_s"] is not None, f"{name}/{fault}: did not serve every page again: {row}"
     return row

@@ -26,7 +26,7 @@ from redis_support import CLUSTER_RESILIENCE
 
 from hicache_storage import ConfigError, HiCacheStorage, load_backend, make_config
 from hicache_storage.plugin.page_format import HEADER_SIZE
-from hicache_storage.testing.fault_figures import record_fault_row
+from hicache_storage.testing.fault_figures import call_limit_s, record_fault_row
 from hicache_storage.testing.outage import (
     PAGE_SIZE,
     TimedWorkload,
@@ -448,8 +448,8 @@ def test_acl_key_pattern_restricts_user_to_its_prefix(
 # --------------------------------------------------------------------------- a hung TLS node
 def test_hung_tls_node_costs_at_most_the_deadline(tls_cluster: TlsCluster) -> None:
     """One TLS node stopped (``SIGSTOP``) mid-run of a warmed-up client: every call returns within its
-    deadline + 100 ms, only that node's pages fail, nothing wrong is served, and the node serves again
-    once resumed."""
+    deadline + 100 ms (plus twice the thread wake-up delay measured beside it), only that node's pages
+    fail, nothing wrong is served, and the node serves again once resumed."""
     deadline = 0.5
     resilience = {"deadline_s": deadline, "retries": 1, "breaker_threshold": 0}
     backend = open_backend(tls_cluster, username=USER, password=PASSWORD, resilience=resilience)
@@ -482,8 +482,9 @@ def test_hung_tls_node_costs_at_most_the_deadline(tls_cluster: TlsCluster) -> No
         deadline_s=deadline,
         workload=workload,
         recovery_s=timings["recovery_s"],
+        scheduling_lag_s=round(float(timings["scheduling_lag_s"] or 0.0), 4),
     )
     assert_clean(workload)
     assert node_faults > 0 and timings["hits_before"]
-    assert row["worst_call_s"] <= deadline + 0.1, row
+    assert row["worst_call_s"] <= call_limit_s(row), row
     assert timings["recovery_s"] is not None
