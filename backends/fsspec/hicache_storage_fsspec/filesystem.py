@@ -1,11 +1,13 @@
 """Open the fsspec filesystem of :class:`FsspecOptions`, as the backend and its raw baseline both do.
 
 On s3fs the client gets bounded timeouts, no retries of its own (the SDK's resilience policy
-retries) and an instance of its own, unless ``storage_options`` chose otherwise.
+retries) and an instance of its own, unless ``storage_options`` chose otherwise; its client is built
+when the filesystem is opened.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import fsspec
@@ -25,7 +27,16 @@ def open_filesystem(options: FsspecOptions, timeout_s: float) -> tuple[Any, str,
     """
     storage_options = with_client_defaults(options.protocol, dict(options.storage_options), timeout_s)
     fs, root = fsspec.core.url_to_fs(options.url, **storage_options)
+    if options.protocol in S3_PROTOCOLS:
+        _connect_now(fs)
     return fs, str(root), storage_options
+
+
+def _connect_now(fs: Any) -> None:
+    """Build s3fs's client now (no request is sent), so the first page call does not spend its deadline on
+    it; where that fails, the first call builds it again and reports the fault."""
+    with contextlib.suppress(Exception):
+        fs.connect()
 
 
 def with_client_defaults(protocol: str, storage_options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
