@@ -52,6 +52,11 @@ fi
 # Seconds the master keeps a silent client's segment (mooncake_master --client_ttl; its default is
 # 10). Stopping the holder waits until its segment is gone, so short keeps the fault tests short.
 : "${HICACHE_TEST_MOONCAKE_CLIENT_TTL:=4}"
+# Every Mooncake transfer engine (test clients, the segment holder) binds an RPC port it picks at
+# random from MC_MIN_RPC_PORT..MC_MAX_RPC_PORT; by default that range covers the fixed ports above,
+# so a client could take a port a test server is about to (re)start on. Keep it below them.
+: "${MC_MIN_RPC_PORT:=12000}"
+: "${MC_MAX_RPC_PORT:=14999}"
 
 _hc_env_vars="HICACHE_REPO_ROOT HICACHE_VENV HICACHE_SERVICES_DIR HICACHE_TEST_HOST
 HICACHE_TEST_REDIS_PORT HICACHE_TEST_REDIS_URL
@@ -60,7 +65,8 @@ HICACHE_TEST_S3_PORT HICACHE_TEST_S3_ENDPOINT HICACHE_TEST_S3_REGION
 HICACHE_TEST_S3_ACCESS_KEY_ID HICACHE_TEST_S3_SECRET_ACCESS_KEY
 HICACHE_TEST_MOONCAKE_RPC_PORT HICACHE_TEST_MOONCAKE_HTTP_PORT HICACHE_TEST_MOONCAKE_METRICS_PORT
 HICACHE_TEST_MOONCAKE_MASTER HICACHE_TEST_MOONCAKE_METADATA
-HICACHE_TEST_MOONCAKE_SEGMENT_SIZE HICACHE_TEST_MOONCAKE_CLIENT_PORT HICACHE_TEST_MOONCAKE_CLIENT_TTL"
+HICACHE_TEST_MOONCAKE_SEGMENT_SIZE HICACHE_TEST_MOONCAKE_CLIENT_PORT HICACHE_TEST_MOONCAKE_CLIENT_TTL
+MC_MIN_RPC_PORT MC_MAX_RPC_PORT"
 # shellcheck disable=SC2086
 export $_hc_env_vars
 
