@@ -54,10 +54,17 @@ def test_no_two_workers_share_a_port(tmp_path: Path) -> None:
     seen: dict[int, int] = {}
     for number in range(MAX_WORKERS):
         settings = worker_environment(services(tmp_path), number)
-        ports = [int(p) for key, value in settings.items() if key.endswith(("_PORT", "_PORTS")) for p in value.split()]
+        ports = [
+            int(p)
+            for key, value in settings.items()
+            if key.startswith("HICACHE_TEST_") and key.endswith(("_PORT", "_PORTS"))
+            for p in value.split()
+        ]
         bus = [int(p) + 10000 for p in settings["HICACHE_TEST_REDIS_CLUSTER_PORTS"].split()]
+        low, high = int(settings["MC_MIN_RPC_PORT"]), int(settings["MC_MAX_RPC_PORT"])
         for port in ports + bus:
             assert seen.setdefault(port, number) == number, f"port {port}: workers {seen[port]} and {number}"
+            assert not low <= port <= high, f"port {port} of worker {number} is in the Mooncake clients' port range"
 
 
 def test_too_many_workers_is_an_error(tmp_path: Path) -> None:
