@@ -217,4 +217,6 @@ def _faults_counted(backend: Any) -> int | None:
     if get_stats is None:
         return None
     stats = get_stats()
+    if not isinstance(stats, dict):
+        return None
     return int(stats.get("faults", 0)) + int(stats.get("counters", {}).get("short_circuited", 0))
