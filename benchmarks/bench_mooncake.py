@@ -2,20 +2,26 @@
 
 Same run, same master, same host pool (MHA ``page_first`` bf16, 512 KiB pages = K + V segments of
 256 KiB), batches of 32 and 128 pages. Raw baseline per batch: ``batch_remove(force)`` +
-``batch_put_from_multi_buffers`` for writes (Mooncake has no multi-buffer upsert; what the backend
-does) and ``batch_get_into_multi_buffers`` for reads, with pointers from the pool's
-``get_page_buffer_meta`` and no header. Ours: ``batch_set_v1`` / ``batch_get_v1`` of three backend
-instances on the same pool: ``ours`` (defaults: header + XXH3-64 of every page, written and
-verified; ``transfer: auto``, which at these segment sizes is zero-copy), ``nohash``
-(``verify_checksum: false``: header with key digest and length only) and ``staged`` (``transfer:
-staged``: each page copied with its header into registered memory and moved as one buffer).
-Each round runs the four in a rotated order, each writing its batch, reading it back and (untimed)
-removing it, so the store holds one batch at a time (128 x 512 KiB pages fit the test services'
-256 MB segment); prints medians (ms per batch) and, per variant, the median over rounds of
-raw_time/our_time in that round (>= 0.9 is the goal). ``--page-tokens``
-scales the page (32 tokens = 512 KiB; 4 = 64 KiB, where ``auto`` stages): over TCP each buffer of a
-transfer costs a request of its own, so the header buffer is a fixed cost per page that larger
-pages amortise and staging avoids.
+``batch_put_from_multi_buffers`` for writes (the raw way to overwrite with several buffers per
+object: Mooncake has no multi-buffer upsert and its put keeps an existing value) and
+``batch_get_into_multi_buffers`` for reads, with pointers from the pool's ``get_page_buffer_meta``
+and no header. ``rawput`` is the put alone (no remove: it cannot overwrite), the transfer floor of
+a write. Ours: ``batch_set_v1`` / ``batch_get_v1`` of three backend instances on the same pool:
+``ours`` (defaults: header + XXH3-64 of every page, written and verified; ``transfer: auto``,
+which at these segment sizes is zero-copy), ``nohash`` (``verify_checksum: false``: header with
+key digest and length only) and ``staged`` (``transfer: staged``: each page copied with its
+header into registered memory and moved as one buffer).
+
+Each round runs the variants in a rotated order, each writing its batch, reading it back and
+(untimed) removing it, so the store holds one batch at a time (128 x 512 KiB pages fit the test
+services' 256 MB segment). A write or read that fails (a full store answers ``False``) is retried
+after the batch is removed and a pause, at most ``--retries`` times, and counted in the results
+(``failed_attempts``); only a variant failing every attempt stops the run. Every object the run
+wrote is under one fresh key prefix and removed at the end. Prints medians (ms per batch) and,
+per variant, the median over rounds of raw_time/our_time in that round (>= 0.9 is the goal).
+``--page-tokens`` scales the page (32 tokens = 512 KiB; 4 = 64 KiB, where ``auto`` stages): over
+TCP each buffer of a transfer costs a request of its own, so the header buffer is a fixed cost per
+page that larger pages amortise and staging avoids.
 
     source scripts/services/env.sh && bash scripts/services/start.sh mooncake
     python benchmarks/bench_mooncake.py --repeat 15 [--json out.json]
@@ -29,6 +35,8 @@ import os
 import secrets
 import statistics
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 os.environ.setdefault("MC_LOG_LEVEL", "WARNING")
@@ -40,6 +48,115 @@ from machine import describe
 from hicache_storage import HiCacheStorage, HostKVPool, make_config
 
 PAGE_SIZE = 32  # 4 layers x 8 heads x 128 dims x bf16 x (K, V) x 32 tokens = 512 KiB
+VARIANTS = ("ours", "nohash", "staged", "raw", "rawput")
+OURS = ("ours", "nohash", "staged")
+RETRY_PAUSE_S = 0.5
+
+
+class Batch:
+    """One batch size: each variant's keys and its set, get and (untimed) remove calls."""
+
+    def __init__(self, instances: dict[str, HiCacheStorage], store: Any, config: Any, pool: HostKVPool, size: int):
+        self.size = size
+        prefix = instances["ours"].backend.key_prefix  # type: ignore[attr-defined]
+        stem = [secrets.token_hex(16) for _ in range(size)]
+        self.keys = {name: [f"{name[0]}{key}" for key in stem] for name in OURS}
+        self.keys["raw"] = [f"{prefix}raw/{key}" for key in stem]
+        self.keys["rawput"] = [f"{prefix}rawput/{key}" for key in stem]
+        host = torch.arange(size * pool.page_size, dtype=torch.int64)
+        ptrs, sizes = pool.get_page_buffer_meta(host)
+        per = len(ptrs) // size
+        page_ptrs = [ptrs[n * per : (n + 1) * per] for n in range(size)]
+        page_sizes = [sizes[n * per : (n + 1) * per] for n in range(size)]
+        self.calls: dict[str, Callable[[], bool]] = {}
+        self.removers: dict[str, Callable[[], object]] = {}
+        for name in OURS:
+            instance, keys = instances[name], self.keys[name]
+            self.calls[f"{name}_set"] = partial(_all_true, instance.batch_set_v1, keys, host)
+            self.calls[f"{name}_get"] = partial(_all_true, instance.batch_get_v1, keys, host)
+            self.removers[name] = partial(instance.delete, keys)
+        for name in ("raw", "rawput"):
+            keys = self.keys[name]
+            self.calls[f"{name}_set"] = partial(
+                _raw_put, store, config, keys, (page_ptrs, page_sizes), remove=name == "raw"
+            )
+            self.calls[f"{name}_get"] = partial(_raw_get, store, keys, page_ptrs, page_sizes)
+            self.removers[name] = partial(store.batch_remove, keys, True)
+
+
+def _all_true(call: Callable[[list[str], torch.Tensor], list[bool]], keys: list[str], host: torch.Tensor) -> bool:
+    return all(call(keys, host))
+
+
+def _raw_put(
+    store: Any, config: Any, keys: list[str], buffers: tuple[list[list[int]], list[list[int]]], *, remove: bool
+) -> bool:
+    """The raw write of ``buffers`` (pointers, sizes per page): with ``remove``, ``batch_remove(force)``
+    first; then the multi-buffer put."""
+    if remove:
+        store.batch_remove(keys, True)
+    return all(code == 0 for code in store.batch_put_from_multi_buffers(keys, *buffers, config))
+
+
+def _raw_get(store: Any, keys: list[str], ptrs: list[list[int]], sizes: list[list[int]]) -> bool:
+    """The raw read: a hit only when the whole page arrived."""
+    total = sum(sizes[0])
+    return all(code == total for code in store.batch_get_into_multi_buffers(keys, ptrs, sizes))
+
+
+def run_variant(batch: Batch, variant: str, retries: int) -> tuple[dict[str, float], int]:
+    """Write, read back and remove ``variant``'s batch: (seconds per op, failed attempts)."""
+    failed = 0
+    while True:
+        seconds: dict[str, float] = {}
+        for op in ("set", "get"):
+            begin = time.perf_counter()
+            if not batch.calls[f"{variant}_{op}"]():
+                break
+            seconds[op] = time.perf_counter() - begin
+        batch.removers[variant]()  # untimed: the next variant finds the room this one used
+        if len(seconds) == 2:
+            return seconds, failed
+        failed += 1
+        if failed > retries:
+            raise SystemExit(
+                f"{variant} failed {failed} times in a row at batch {batch.size}: the store needs about "
+                f"{batch.size} x the page size free for one batch; is another writer filling it?"
+            )
+        time.sleep(RETRY_PAUSE_S)  # a full store evicts in the background
+
+
+def measure(batch: Batch, repeat: int, retries: int) -> tuple[dict[str, list[float]], int]:
+    """Timings per ``<variant>_<op>`` over ``repeat`` rounds after one untimed, and the failed attempts."""
+    timings: dict[str, list[float]] = {f"{v}_{op}": [] for v in VARIANTS for op in ("set", "get")}
+    failed = 0
+    for round_number in range(repeat + 1):  # round 0 warms up
+        shift = round_number % len(VARIANTS)
+        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+            seconds, failures = run_variant(batch, variant, retries)
+            failed += failures
+            if round_number:
+                for op, value in seconds.items():
+                    timings[f"{variant}_{op}"].append(value)
+    return timings, failed
+
+
+def summarise(timings: dict[str, list[float]], gib: float) -> dict[str, float]:
+    """Median ms per op, and per variant of ours the median over rounds of raw / ours (and rawput / ours)."""
+    med = {name: statistics.median(values) * 1e3 for name, values in timings.items()}
+    row: dict[str, float] = {f"{name}_ms": round(value, 3) for name, value in med.items()}
+    for variant in OURS:
+        for op in ("set", "get"):  # per-round ratios: the sides of a round ran back to back
+            mine = timings[f"{variant}_{op}"]
+            row[f"{variant}_{op}_ratio"] = round(
+                statistics.median(r / o for r, o in zip(timings[f"raw_{op}"], mine)), 3
+            )
+            row[f"{variant}_{op}_ratio_min"] = round(min(r / o for r, o in zip(timings[f"raw_{op}"], mine)), 3)
+            row[f"{variant}_{op}_ratio_max"] = round(max(r / o for r, o in zip(timings[f"raw_{op}"], mine)), 3)
+            floor = timings[f"rawput_{op}"]
+            row[f"{variant}_{op}_vs_rawput"] = round(statistics.median(f / o for f, o in zip(floor, mine)), 3)
+            row[f"{variant}_{op}_gib_s"] = round(gib / med[f"{variant}_{op}"] * 1e3, 2)
+    return row
 
 
 def main() -> None:
@@ -47,131 +164,74 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--batches", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--page-tokens", type=int, default=PAGE_SIZE, help="tokens per page (32 = 512 KiB)")
+    parser.add_argument("--retries", type=int, default=3, help="attempts after a failed write or read")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     master = os.environ.get("HICACHE_TEST_MOONCAKE_MASTER", "127.0.0.1:15551")
     metadata = os.environ.get("HICACHE_TEST_MOONCAKE_METADATA", "http://127.0.0.1:15552/metadata")
+    machine_before = describe()
     top = max(args.batches)
-    page_size = args.page_tokens
-    pool = HostKVPool(num_pages=top, page_size=page_size, layer_num=4, head_num=8, head_dim=128, layout="page_first")
+    pool = HostKVPool(
+        num_pages=top, page_size=args.page_tokens, layer_num=4, head_num=8, head_dim=128, layout="page_first"
+    )
     raw_bytes = pool.kv_buffer.view(-1).view(torch.uint8)
     raw_bytes.copy_(torch.randint(0, 256, raw_bytes.shape, dtype=torch.uint8))
+    prefix = f"bench{secrets.token_hex(3)}/"
     options = {
         "master_server_address": master,
         "metadata_server": metadata,
         "global_segment_size": 0,
-        "key_prefix": f"bench{secrets.token_hex(3)}/",
+        "key_prefix": prefix,
     }
-    backend = HiCacheStorage(MooncakeBackend, make_config("bench", extra_config=options))
-    backend.register_mem_pool_host(pool)
-    nohash = HiCacheStorage(MooncakeBackend, make_config("bench", extra_config={**options, "verify_checksum": False}))
-    nohash.register_mem_pool_host(pool)
-    staged = HiCacheStorage(MooncakeBackend, make_config("bench", extra_config={**options, "transfer": "staged"}))
-    staged.register_mem_pool_host(pool)
-    mooncake = backend.backend
+    extra: dict[str, dict[str, Any]] = {
+        "ours": {},
+        "nohash": {"verify_checksum": False},
+        "staged": {"transfer": "staged"},
+    }
+    instances: dict[str, HiCacheStorage] = {}
+    for name, settings in extra.items():
+        instances[name] = HiCacheStorage(MooncakeBackend, make_config("bench", extra_config={**options, **settings}))
+        instances[name].register_mem_pool_host(pool)
+    mooncake = instances["ours"].backend
     assert isinstance(mooncake, MooncakeBackend)
     store, config = mooncake.client, mooncake.replicate  # the same client, pool already registered
     results: dict[str, Any] = {
         "page_bytes": pool.bytes_per_page,
         "master": master,
         "repeat": args.repeat,
+        "put_sessions": mooncake.put_sessions,
         "variants": {
             "ours": "defaults (verify_checksum: true, transfer: auto)",
             "nohash": "verify_checksum: false",
             "staged": "transfer: staged",
-            "raw": "raw client calls, no header",
+            "raw": "raw client: batch_remove + batch_put_from_multi_buffers / batch_get_into_multi_buffers, no header",
+            "rawput": "raw client: batch_put_from_multi_buffers alone (no overwrite) / the same get",
         },
         "batches": {},
     }
-    variants = ("ours", "nohash", "staged", "raw")
     try:
-        for batch in args.batches:
-            keys = [f"{secrets.token_hex(16)}" for _ in range(batch)]
-            nohash_keys = [f"n{k}" for k in keys]
-            staged_keys = [f"s{k}" for k in keys]
-            raw_keys = [f"raw{k}" for k in keys]
-            host = torch.arange(batch * page_size, dtype=torch.int64)
-            ptrs, sizes = pool.get_page_buffer_meta(host)
-            per = len(ptrs) // batch
-            page_ptrs = [ptrs[n * per : (n + 1) * per] for n in range(batch)]
-            page_sizes = [sizes[n * per : (n + 1) * per] for n in range(batch)]
-
-            def raw_set(
-                _ptrs: list[list[int]] = page_ptrs, _sizes: list[list[int]] = page_sizes, _names: list[str] = raw_keys
-            ) -> bool:
-                store.batch_remove(_names, True)
-                return all(c == 0 for c in store.batch_put_from_multi_buffers(_names, _ptrs, _sizes, config))
-
-            def raw_get(
-                _ptrs: list[list[int]] = page_ptrs, _sizes: list[list[int]] = page_sizes, _names: list[str] = raw_keys
-            ) -> bool:
-                total = sum(_sizes[0])
-                return all(c == total for c in store.batch_get_into_multi_buffers(_names, _ptrs, _sizes))
-
-            def setter(instance: HiCacheStorage, names: list[str], _host: torch.Tensor = host) -> Any:
-                return lambda: all(instance.batch_set_v1(names, _host))
-
-            def getter(instance: HiCacheStorage, names: list[str], _host: torch.Tensor = host) -> Any:
-                return lambda: all(instance.batch_get_v1(names, _host))
-
-            calls = {
-                "ours_set": setter(backend, keys),
-                "ours_get": getter(backend, keys),
-                "nohash_set": setter(nohash, nohash_keys),
-                "nohash_get": getter(nohash, nohash_keys),
-                "staged_set": setter(staged, staged_keys),
-                "staged_get": getter(staged, staged_keys),
-                "raw_set": raw_set,
-                "raw_get": raw_get,
-            }
-            removers = {
-                "ours": lambda _keys=keys: backend.delete(_keys),
-                "nohash": lambda _keys=nohash_keys: nohash.delete(_keys),
-                "staged": lambda _keys=staged_keys: staged.delete(_keys),
-                "raw": lambda _keys=raw_keys: store.batch_remove(_keys, True),
-            }
-            timings: dict[str, list[float]] = {name: [] for name in calls}
-            for round_number in range(args.repeat + 1):  # round 0 warms up
-                shift = round_number % len(variants)
-                order = variants[shift:] + variants[:shift]
-                for variant in order:
-                    for op in ("set", "get"):
-                        name = f"{variant}_{op}"
-                        begin = time.perf_counter()
-                        if not calls[name]():
-                            pairs = (("ours", backend), ("nohash", nohash), ("staged", staged))
-                            counters = {n: b.get_stats()["counters"] for n, b in pairs}
-                            need = batch * (pool.bytes_per_page + 64)
-                            raise SystemExit(
-                                f"{name} failed at batch {batch}: {counters} (the store needs about {need:,} "
-                                "bytes free for one batch; is another writer filling it?)"
-                            )
-                        if round_number:
-                            timings[name].append(time.perf_counter() - begin)
-                    removers[variant]()  # untimed: the next variant finds the room this one used
-            med = {name: statistics.median(values) * 1e3 for name, values in timings.items()}
-            gib = batch * pool.bytes_per_page / (1 << 30)
-            row: dict[str, float] = {f"{name}_ms": round(value, 3) for name, value in med.items()}
-            for variant in ("ours", "nohash", "staged"):
-                for op in ("set", "get"):  # per-round ratios: the sides of a round ran back to back
-                    pairs = zip(timings[f"raw_{op}"], timings[f"{variant}_{op}"], strict=True)
-                    row[f"{variant}_{op}_ratio"] = round(statistics.median(raw / ours for raw, ours in pairs), 3)
-                    row[f"{variant}_{op}_gib_s"] = round(gib / med[f"{variant}_{op}"] * 1e3, 2)
-            results["batches"][str(batch)] = row
+        for size in args.batches:
+            batch = Batch(instances, store, config, pool, size)
+            timings, failed = measure(batch, args.repeat, args.retries)
+            row = summarise(timings, size * pool.bytes_per_page / (1 << 30))
+            row["failed_attempts"] = failed
+            results["batches"][str(size)] = row
             for op in ("set", "get"):
                 print(
-                    f"batch {batch:4d} x {pool.bytes_per_page >> 10} KiB {op}: raw {med[f'raw_{op}']:.2f} ms | "
-                    f"ours {med[f'ours_{op}']:.2f} ms ratio {row[f'ours_{op}_ratio']:.3f} | "
-                    f"nohash {med[f'nohash_{op}']:.2f} ms ratio {row[f'nohash_{op}_ratio']:.3f} | "
-                    f"staged {med[f'staged_{op}']:.2f} ms ratio {row[f'staged_{op}_ratio']:.3f}"
+                    f"batch {size:4d} x {pool.bytes_per_page >> 10} KiB {op}: raw {row[f'raw_{op}_ms']:.2f} ms "
+                    f"(put alone {row[f'rawput_{op}_ms']:.2f}) | "
+                    + " | ".join(f"{v} {row[f'{v}_{op}_ms']:.2f} ms ratio {row[f'{v}_{op}_ratio']:.3f}" for v in OURS)
                 )
+            if failed:
+                print(f"batch {size:4d}: {failed} failed attempt(s) retried")
     finally:
-        for instance in (backend, nohash, staged):
-            instance.clear()
+        store.remove_by_regex("^" + prefix.replace(".", r"\."), True)
+        for instance in instances.values():
             instance.close()
     if args.json:
+        machine = {**machine_before, "load_average_after": describe()["load_average"]}
         with open(args.json, "w") as handle:
-            json.dump({**results, "machine": describe()}, handle, indent=2)
+            json.dump({**results, "machine": machine}, handle, indent=2)
 
 
 if __name__ == "__main__":

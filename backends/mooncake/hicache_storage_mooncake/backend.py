@@ -4,9 +4,11 @@ Every object is a 32-byte header followed by the page's segments back to back (s
 :mod:`hicache_storage_mooncake.record`). The host pool's buffer and a header arena are registered
 with the transfer engine, so with ``transfer: zero_copy`` pages travel by pointer:
 
-- writes: ``batch_put_from_multi_buffers`` of [header, segment, ...]. Mooncake has no multi-buffer
-  upsert and ``put`` keeps an old value, so the batch's keys are removed (``force``) first, on a
-  helper thread while the headers and checksums are computed;
+- writes: a put session per batch (reserve the objects on a worker thread while the checksums and
+  headers are computed, one ranged put of [header, segment, ...], publish); a key that exists is
+  removed (``force``) and reserved again. Clients without put sessions remove the batch's keys,
+  then ``batch_put_from_multi_buffers`` (Mooncake's ``put`` keeps an old value). See
+  :mod:`hicache_storage_mooncake.zero_copy`;
 - reads: ``batch_get_into_multi_buffers`` into [header slot, segment, ...]; the page is a hit only
   when exactly header + page bytes arrived and the header matches (magic, version, digest of the
   object key, payload length) and, with ``verify_checksum`` (default), the XXH3-64 of the segments,
@@ -39,11 +41,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import numpy as np
 
 from hicache_storage.plugin import (
     SHARED_STORE,
@@ -62,7 +61,9 @@ from .client import OBJECT_NOT_FOUND, OUTAGE_CODES, CallGate, code_name, import_
 from .memory import SlabArena, address, pool_tensors
 from .options import MooncakeOptions
 from .raw_baseline import RawMooncake
-from .record import HEADER_SIZE, RecordCheck, check_header, key_digest, pack_header, payload_checksum
+from .record import HEADER_SIZE, RecordCheck, check_header, key_digest, payload_checksum
+from .staged import read_staged, write_staged
+from .zero_copy import has_put_sessions, read_direct, write_direct
 
 __all__ = ["AUTO_STAGE_BELOW_SEGMENT_BYTES", "HEADER_SLABS", "STAGING_SLABS", "MooncakeBackend"]
 
@@ -130,8 +131,10 @@ class MooncakeBackend(Backend[MooncakeOptions]):
         self.replicate: Any = replicate_cls()
         self.replicate.replica_num = options.replica_num
         self.gate = CallGate()
-        self._calls = DeadlineCalls(self.gate, lambda: self.counters.bump("mooncake_abandoned_calls"))
+        self.calls = DeadlineCalls(self.gate, lambda: self.counters.bump("mooncake_abandoned_calls"))
         self.client: Any = open_store(options, self.rpc_timeout_ms)
+        #: Zero-copy writes reserve, fill and publish objects in put sessions (else: remove, then put).
+        self.put_sessions = has_put_sessions(self.client)
         self._regions: list[tuple[int, int]] = []
         self._headers: SlabArena | None = None
         self._staging: SlabArena | None = None
@@ -185,7 +188,7 @@ class MooncakeBackend(Backend[MooncakeOptions]):
         return self.key_prefix + storage_key
 
     # ------------------------------------------------------------ codes
-    def _check(self, codes: Any, count: int, what: str) -> list[int]:
+    def check_codes(self, codes: Any, count: int, what: str) -> list[int]:
         """Return codes as ints; :class:`BackendFault` when the call failed as a whole."""
         if not isinstance(codes, list) or len(codes) != count:
             raise BackendFault(f"Mooncake {what} returned {codes!r} for {count} keys")
@@ -225,20 +228,23 @@ class MooncakeBackend(Backend[MooncakeOptions]):
                 staged.append(index)
         return direct, ptrs, sizes, staged
 
-    def _staging_arena(self) -> SlabArena:
+    def staging_arena(self) -> SlabArena:
+        """The registered staging slabs (:class:`BackendFault` before a pool was registered)."""
         if self._staging is None:
             raise BackendFault("no staging buffer: register_mem_pool_host was not called (or registration failed)")
         return self._staging
 
-    def _arena(self) -> SlabArena:
+    def header_arena(self) -> SlabArena:
+        """The registered header slots (:class:`BackendFault` before a pool was registered)."""
         if self._headers is None:
             raise BackendFault("no header arena: register_mem_pool_host was not called")
         return self._headers
 
-    def _digest(self, segments: Sequence[Any]) -> int | None:
+    def digest(self, segments: Sequence[Any]) -> int | None:
+        """XXH3-64 of the segments, ``None`` with ``verify_checksum: false``."""
         return payload_checksum(segments) if self.verify_checksum else None
 
-    def _accept(self, header: Any, offset: int, name: str, segments: Sequence[Any], length: int) -> bool:
+    def accept(self, header: Any, offset: int, name: str, segments: Sequence[Any], length: int) -> bool:
         """Whether the header at ``header[offset:]`` and the payload in ``segments`` form this key's page."""
         verdict, digest = check_header(header, offset, length, key_digest(name), self.verify_checksum)
         if verdict is RecordCheck.OK and self.verify_checksum and payload_checksum(segments) != digest:
@@ -251,7 +257,7 @@ class MooncakeBackend(Backend[MooncakeOptions]):
 
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
-        """Store each page as [header, segments] (remove, then multi-buffer put; staged pages: upsert)."""
+        """Store each page as [header, segments] (a put session, or remove + put; staged pages: upsert)."""
         return self._by_rounds(self._write_once, keys, pages)
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
@@ -271,23 +277,29 @@ class MooncakeBackend(Backend[MooncakeOptions]):
         return out
 
     def _write_once(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
-        return self._by_slab(keys, pages, self._write_direct, self._write_staged)
+        return self._by_slab(keys, pages, write_direct, write_staged)
+
+    def _read_once(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
+        return self._by_slab(keys, pages, read_direct, read_staged)
 
     def _by_slab(
         self,
         keys: Sequence[str],
         pages: Sequence[PageBuffers],
-        direct_op: Callable[[list[str], list[PageBuffers], list[list[int]], list[list[int]]], list[bool]],
-        staged_op: Callable[[list[str], Sequence[PageBuffers], list[int], list[bool]], None],
+        direct_op: Callable[
+            [MooncakeBackend, list[str], list[PageBuffers], list[list[int]], list[list[int]]], list[bool]
+        ],
+        staged_op: Callable[[MooncakeBackend, list[str], Sequence[PageBuffers], list[int], list[bool]], None],
     ) -> list[bool]:
         """Run ``direct_op`` on pool pages one header slab at a time, ``staged_op`` on the others."""
         out = [False] * len(keys)
         mkeys = [self.mooncake_key(key) for key in keys]
         direct, ptrs, sizes, staged = self._plan(pages)
-        step = self._arena().per_slab
+        step = self.header_arena().per_slab
         for begin in range(0, len(direct), step):
             chunk = direct[begin : begin + step]
             done = direct_op(
+                self,
                 [mkeys[i] for i in chunk],
                 [pages[i] for i in chunk],
                 ptrs[begin : begin + step],
@@ -296,174 +308,28 @@ class MooncakeBackend(Backend[MooncakeOptions]):
             for index, ok in zip(chunk, done, strict=True):
                 out[index] = ok
         if staged:
-            staged_op(mkeys, pages, staged, out)
+            staged_op(self, mkeys, pages, staged, out)
         return out
 
-    def _write_direct(
-        self, names: list[str], pages: list[PageBuffers], ptrs: list[list[int]], sizes: list[list[int]]
-    ) -> list[bool]:
-        """Remove, then put [header, segments...] for pages in registered memory (at most one slab)."""
-        arena = self._arena()
-        out = [False] * len(names)
-        with arena.slab() as slab:
-            # The remove waits on the master with the GIL released: hash and pack the headers meanwhile.
-            store = self.client
-            removing = self._calls.in_background(store.batch_remove, names, True)
-            try:
-                all_ptrs: list[list[int]] = []
-                all_sizes: list[list[int]] = []
-                for n, page in enumerate(pages):
-                    offset = slab + n * HEADER_SIZE
-                    pack_header(arena.view, offset, sum(sizes[n]), self._digest(page), key_digest(names[n]))
-                    all_ptrs.append([arena.base + offset, *ptrs[n]])
-                    all_sizes.append([HEADER_SIZE, *sizes[n]])
-            finally:
-                removed_codes = self._calls.wait_for(removing, "batch_remove", (arena, slab))
-            removed = self._check(removed_codes, len(names), "batch_remove")
-            # A key whose old object could not be removed is not put: put would keep the old value.
-            todo = [n for n, code in enumerate(removed) if code in (0, OBJECT_NOT_FOUND)]
-            if not todo:
-                return out
-            put_args = ([names[n] for n in todo], [all_ptrs[n] for n in todo], [all_sizes[n] for n in todo])
-            if self.verify_checksum:
-                put = self._calls.call(
-                    "batch_put_from_multi_buffers",
-                    store.batch_put_from_multi_buffers,
-                    *put_args,
-                    self.replicate,
-                    hold=(arena, slab),
-                )
-            else:  # a late put of reused memory would store unverifiable bytes: never given up on
-                with self.gate:
-                    put = store.batch_put_from_multi_buffers(*put_args, self.replicate)
-            codes = self._check(put, len(todo), "batch_put_from_multi_buffers")
-        for n, code in zip(todo, codes, strict=True):
-            out[n] = code == 0
-        return out
-
-    def _write_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
-        """Copy [header, page] records into a staging slab and upsert them, one slab-full at a time."""
-        with self._staging_slab(staged, "mooncake_staged_writes") as (arena, slab, chunks):
-            host, view = arena.array, arena.view
-            for chunk in chunks:
-                chunk_ptrs, chunk_sizes = [], []
-                offset = slab
-                for index in chunk:
-                    start = offset
-                    offset += HEADER_SIZE
-                    for segment in pages[index]:
-                        host[offset : offset + segment.nbytes] = np.frombuffer(segment, np.uint8)
-                        offset += segment.nbytes
-                    length = offset - start - HEADER_SIZE
-                    digest = self._digest([view[start + HEADER_SIZE : offset]])
-                    pack_header(view, start, length, digest, key_digest(mkeys[index]))
-                    chunk_ptrs.append(arena.base + start)
-                    chunk_sizes.append(offset - start)
-                codes = self._check(
-                    self._calls.call(
-                        "batch_upsert_from",
-                        self.client.batch_upsert_from,
-                        [mkeys[i] for i in chunk],
-                        chunk_ptrs,
-                        chunk_sizes,
-                        self.replicate,
-                        hold=(arena, slab),
-                    ),
-                    len(chunk),
-                    "batch_upsert_from",
-                )
-                for index, code in zip(chunk, codes, strict=True):
-                    out[index] = code == 0
-
-    @contextmanager
-    def _staging_slab(self, staged: list[int], counter: str) -> Iterator[tuple[SlabArena, int, list[list[int]]]]:
-        """The staging arena with one slab held, and the indices ``staged`` in slab-fulls; counts them."""
-        arena = self._staging_arena()
-        self.counters.bump(counter, len(staged))
-        with arena.slab() as slab:
-            step = arena.per_slab
-            yield arena, slab, [staged[begin : begin + step] for begin in range(0, len(staged), step)]
-
-    def _read_once(self, keys: Sequence[str], pages: Sequence[PageBuffers]) -> list[bool]:
-        return self._by_slab(keys, pages, self._read_direct, self._read_staged)
-
-    def _read_direct(
-        self, names: list[str], pages: list[PageBuffers], ptrs: list[list[int]], sizes: list[list[int]]
-    ) -> list[bool]:
-        """Get into [header slot, segments...] for pages in registered memory (at most one slab); then check."""
-        arena = self._arena()
-        out = [False] * len(names)
-        with arena.slab() as slab:
-            arena.view[slab : slab + len(names) * HEADER_SIZE] = bytes(len(names) * HEADER_SIZE)
-            all_ptrs = [[arena.base + slab + n * HEADER_SIZE, *ptrs[n]] for n in range(len(names))]
-            all_sizes = [[HEADER_SIZE, *sizes[n]] for n in range(len(names))]
-            codes = self._check(
-                self._calls.call(
-                    "batch_get_into_multi_buffers",
-                    self.client.batch_get_into_multi_buffers,
-                    names,
-                    all_ptrs,
-                    all_sizes,
-                    hold=(arena, slab),
-                ),
-                len(names),
-                "batch_get_into_multi_buffers",
-            )
-            for n, code in enumerate(codes):
-                length = sum(sizes[n])
-                if self._complete(code, HEADER_SIZE + length):
-                    out[n] = self._accept(arena.view, slab + n * HEADER_SIZE, names[n], pages[n], length)
-        return out
-
-    def _complete(self, code: int, expected: int) -> bool:
+    def complete(self, code: int, expected: int) -> bool:
+        """Whether a get's code says exactly ``expected`` bytes arrived (another size is counted)."""
         if code >= 0 and code != expected:
             self.counters.bump("mooncake_size_mismatch")
         return code == expected
 
-    def _read_staged(self, mkeys: list[str], pages: Sequence[PageBuffers], staged: list[int], out: list[bool]) -> None:
-        """Get records into a staging slab, check each, then copy the good pages out; one slab-full at a time."""
-        with self._staging_slab(staged, "mooncake_staged_reads") as (arena, slab, chunks):
-            host, view = arena.array, arena.view
-            for chunk in chunks:
-                totals = [HEADER_SIZE + sum(segment.nbytes for segment in pages[index]) for index in chunk]
-                starts = [slab + sum(totals[:n]) for n in range(len(chunk))]
-                codes = self._check(
-                    self._calls.call(
-                        "batch_get_into",
-                        self.client.batch_get_into,
-                        [mkeys[i] for i in chunk],
-                        [arena.base + s for s in starts],
-                        totals,
-                        hold=(arena, slab),
-                    ),
-                    len(chunk),
-                    "batch_get_into",
-                )
-                for index, code, start, total in zip(chunk, codes, starts, totals, strict=True):
-                    if not self._complete(code, total):
-                        continue
-                    payload = view[start + HEADER_SIZE : start + total]
-                    if not self._accept(view, start, mkeys[index], [payload], total - HEADER_SIZE):
-                        continue
-                    offset = start + HEADER_SIZE
-                    for segment in pages[index]:
-                        np.frombuffer(segment, np.uint8)[:] = host[offset : offset + segment.nbytes]
-                        offset += segment.nbytes
-                    out[index] = True
-
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         """``batch_is_exist``: 1 is a hit; 0 and errors are misses."""
         names = [self.mooncake_key(key) for key in keys]
-        codes = self._check(
-            self._calls.call("batch_is_exist", self.client.batch_is_exist, names), len(keys), "batch_is_exist"
+        codes = self.check_codes(
+            self.calls.call("batch_is_exist", self.client.batch_is_exist, names), len(keys), "batch_is_exist"
         )
         return [code == 1 for code in codes]
 
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         """``batch_remove(force=True)``; a key already absent counts as deleted."""
         names = [self.mooncake_key(key) for key in keys]
-        codes = self._check(
-            self._calls.call("batch_remove", self.client.batch_remove, names, True), len(keys), "batch_remove"
+        codes = self.check_codes(
+            self.calls.call("batch_remove", self.client.batch_remove, names, True), len(keys), "batch_remove"
         )
         return [code in (0, OBJECT_NOT_FOUND) for code in codes]
 
@@ -483,7 +349,7 @@ class MooncakeBackend(Backend[MooncakeOptions]):
         if not self.gate.shut(CLOSE_WAIT_S):
             self.counters.bump("mooncake_close_abandoned")
             return
-        self._calls.shutdown()
+        self.calls.shutdown()
         store, self.client = self.client, None
         if store is None:
             return

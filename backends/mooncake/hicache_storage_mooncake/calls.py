@@ -66,9 +66,15 @@ class DeadlineCalls:
         while the caller prepares headers; collect it with :meth:`wait_for`."""
         return self._pool("background").submit(self.gated, function, *args)
 
-    def wait_for(self, future: Future[Any], what: str, hold: tuple[SlabArena, int]) -> Any:
-        """The result of ``future`` (a client call on a helper thread), waited for within the call's deadline."""
-        deadline = current_deadline()
+    def submit(self, function: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Start ``function(*args)`` (gated) on a worker thread, deadline or not, e.g. a write the caller
+        prepares headers for meanwhile; collect it with :meth:`wait_for`."""
+        return self._pool("workers").submit(self.gated, function, *args)
+
+    def wait_for(self, future: Future[Any], what: str, hold: tuple[SlabArena, int], *, bounded: bool = True) -> Any:
+        """The result of ``future`` (a client call on a helper thread), waited for within the call's
+        deadline (``bounded``), else for as long as it takes."""
+        deadline = current_deadline() if bounded else None
         try:
             return future.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         except FutureTimeout:

@@ -14,10 +14,12 @@ from .options import MooncakeOptions
 __all__ = [
     "CODE_NAMES",
     "INSTALL_HINT",
+    "OBJECT_ALREADY_EXISTS",
     "OBJECT_NOT_FOUND",
     "OUTAGE_CODES",
     "RPC_FAIL",
     "RPC_TIMEOUT",
+    "TRANSFER_FAIL",
     "CallGate",
     "code_name",
     "import_store",
@@ -29,6 +31,7 @@ CODE_NAMES: dict[int, str] = {
     -1: "internal_error",
     -200: "no_available_handle",
     -600: "invalid_params",
+    -703: "replica_not_ready",
     -704: "object_not_found",
     -705: "object_already_exists",
     -706: "object_has_lease",
@@ -38,6 +41,9 @@ CODE_NAMES: dict[int, str] = {
     -901: "rpc_timeout",
 }
 OBJECT_NOT_FOUND = -704
+#: A put session's start for a key that has an object (or a reservation) already.
+OBJECT_ALREADY_EXISTS = -705
+TRANSFER_FAIL = -800
 RPC_FAIL = -900
 #: Returned for every key when the master does not answer within ``MC_RPC_TIMEOUT_MS`` (seen with a
 #: stopped master).

@@ -282,5 +282,5 @@ def test_no_space_is_false_and_counted(open_backend: Any) -> None:
     while backend.batch_set_v1(keys, indices(0, 2)) != [True, True]:
         assert time.monotonic() < deadline, "writes did not work again within 20 s of the segment's return"
         time.sleep(0.2)
-    assert backend.backend._check([-200, 0], 2, "probe") == [-200, 0]
+    assert backend.backend.check_codes([-200, 0], 2, "probe") == [-200, 0]
     assert backend.get_stats()["counters"]["mooncake_no_available_handle"] >= 1

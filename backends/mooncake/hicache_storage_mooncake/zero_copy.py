@@ -1,0 +1,267 @@
+"""Zero-copy page transfers of the mooncake backend: pool pages move by pointer, with a header slot each.
+
+Writes (one header slab of pages per call):
+
+- with Mooncake's put sessions (``batch_put_session_start`` ... ``_end``, in the client since 0.3.8):
+  a worker thread reserves the objects while the caller hashes the pages and packs the headers;
+  a key that exists already (``OBJECT_ALREADY_EXISTS``) is removed and reserved again, so a batch
+  of new keys costs no remove. Then one ranged put of [header, segment, ...] and the session's end
+  publish the objects (readers see nothing before the end); keys whose transfer failed are
+  revoked. A key reserved by a write still in flight elsewhere cannot be removed (the write
+  returns ``False``, counted as ``mooncake_replica_not_ready``).
+- without them: ``batch_remove(force)`` on a helper thread while the headers are packed, then
+  ``batch_put_from_multi_buffers`` (Mooncake's put keeps an existing value).
+
+Reads: ``batch_get_into_multi_buffers`` into [header slot, segment, ...], then the header (and
+checksum) check of :meth:`MooncakeBackend.accept`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hicache_storage.plugin import BackendFault, PageBuffers, current_deadline
+
+from .client import OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, TRANSFER_FAIL
+from .memory import SLAB_WAIT_S, SlabArena
+from .record import HEADER_SIZE, key_digest, pack_header
+
+if TYPE_CHECKING:
+    from .backend import MooncakeBackend
+
+__all__ = ["SESSION_CALLS", "has_put_sessions", "read_direct", "write_direct"]
+
+#: The client methods of a put session; clients without them write with remove + put.
+SESSION_CALLS = (
+    "batch_put_session_start",
+    "batch_put_from_multi_buffer_ranges",
+    "batch_put_session_end",
+    "batch_put_session_revoke",
+)
+
+
+def has_put_sessions(client: Any) -> bool:
+    """Whether ``client`` offers Mooncake's put sessions (reserve, ranged put, publish)."""
+    return all(callable(getattr(client, name, None)) for name in SESSION_CALLS)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Pages of one write in a header slab: object names, and per page the buffers [header slot,
+    segments...] (pointers, sizes)."""
+
+    arena: SlabArena
+    slab: int
+    names: list[str]
+    pages: list[PageBuffers]
+    ptrs: list[list[int]]
+    sizes: list[list[int]]
+
+    @property
+    def hold(self) -> tuple[SlabArena, int]:
+        """The slab a call given up on keeps until it ends."""
+        return self.arena, self.slab
+
+    def pack_headers(self, backend: MooncakeBackend) -> None:
+        """Hash each page (with ``verify_checksum``) and write its header into its slot."""
+        for n, page in enumerate(self.pages):
+            offset = self.slab + n * HEADER_SIZE
+            pack_header(
+                self.arena.view,
+                offset,
+                sum(self.sizes[n]) - HEADER_SIZE,
+                backend.digest(page),
+                key_digest(self.names[n]),
+            )
+
+
+def write_direct(
+    backend: MooncakeBackend, names: list[str], pages: list[PageBuffers], ptrs: list[list[int]], sizes: list[list[int]]
+) -> list[bool]:
+    """Store pages of registered memory as [header, segments...] (at most one header slab of them)."""
+    arena = backend.header_arena()
+    with arena.slab() as slab:
+        batch = _Batch(
+            arena,
+            slab,
+            names,
+            pages,
+            [[arena.base + slab + n * HEADER_SIZE, *ptrs[n]] for n in range(len(names))],
+            [[HEADER_SIZE, *sizes[n]] for n in range(len(names))],
+        )
+        codes = _write_in_session(backend, batch) if backend.put_sessions else _write_remove_put(backend, batch)
+    return [code == 0 for code in codes]
+
+
+def _write_in_session(backend: MooncakeBackend, batch: _Batch) -> list[int]:
+    """Reserve on a worker while the headers are packed here, then ranged put and publish; final codes."""
+    ready = threading.Event()
+    packed = [False]
+    session = _Session(backend, batch, ready, packed)
+    running = backend.calls.submit(session.run)
+    try:
+        batch.pack_headers(backend)
+        packed[0] = True
+    finally:
+        ready.set()
+    # Without checksums a late transfer of reused pool memory would store unverifiable bytes: such
+    # writes are waited for to the end, never given up on.
+    codes = backend.calls.wait_for(running, "put session", batch.hold, bounded=backend.verify_checksum)
+    return backend.check_codes(codes, len(batch.names), "put session")
+
+
+class _Session:
+    """One put session run on a worker thread: reserve, wait for the headers, ranged put, publish."""
+
+    def __init__(self, backend: MooncakeBackend, batch: _Batch, ready: threading.Event, packed: list[bool]) -> None:
+        self.client = backend.client
+        self.replicate = backend.replicate
+        self.names = batch.names
+        self.ptrs = batch.ptrs
+        self.sizes = batch.sizes
+        self.totals = [sum(row) for row in batch.sizes]
+        self.ready = ready
+        self.packed = packed
+        deadline = current_deadline()
+        self.wait_s = SLAB_WAIT_S if deadline is None else max(0.0, deadline - time.monotonic()) + SLAB_WAIT_S
+
+    def run(self) -> list[int]:
+        """Final code per key: 0 when its object was published."""
+        codes = self._reserve(list(range(len(self.names))))
+        started = [n for n, code in enumerate(codes) if code == 0]
+        if not started:
+            return codes
+        try:
+            done = self._transfer(started, codes)
+        except BaseException:  # never leave a reservation behind: it would block the key until the master drops it
+            self._revoke(started)
+            raise
+        if done:
+            ended = self.client.batch_put_session_end([self.names[n] for n in done])
+            for n, code in zip(done, _ints(ended, len(done)), strict=True):
+                codes[n] = code
+        return codes
+
+    def _transfer(self, started: list[int], codes: list[int]) -> list[int]:
+        """Once the headers are packed, move [header, segments...] of ``started``; those fully moved
+        (the others are revoked, their codes set)."""
+        if not self.ready.wait(self.wait_s) or not self.packed[0]:
+            failed, done = started, []
+        else:
+            moved = self.client.batch_put_from_multi_buffer_ranges(
+                [self.names[n] for n in started],
+                [self.ptrs[n] for n in started],
+                [self.sizes[n] for n in started],
+                [_offsets(self.sizes[n]) for n in started],
+            )
+            results = dict(zip(started, _ints(moved, len(started)), strict=True))
+            done = [n for n in started if results[n] == self.totals[n]]
+            failed = [n for n in started if results[n] != self.totals[n]]
+            for n in failed:
+                codes[n] = results[n] if results[n] < 0 else TRANSFER_FAIL
+        if failed:
+            self._revoke(failed)
+            for n in failed:
+                codes[n] = codes[n] or TRANSFER_FAIL
+        return done
+
+    def _reserve(self, which: list[int]) -> list[int]:
+        """Start the sessions of ``which``; an existing object is removed and its session started again."""
+        codes = [0] * len(self.names)
+        started = self.client.batch_put_session_start(
+            [self.names[n] for n in which], [self.totals[n] for n in which], self.replicate
+        )
+        existing: list[int] = []
+        for n, code in zip(which, _ints(started, len(which)), strict=True):
+            codes[n] = code
+            if code == OBJECT_ALREADY_EXISTS:
+                existing.append(n)
+        if not existing:
+            return codes
+        removed = self.client.batch_remove([self.names[n] for n in existing], True)
+        again: list[int] = []
+        for n, code in zip(existing, _ints(removed, len(existing)), strict=True):
+            if code in (0, OBJECT_NOT_FOUND):
+                again.append(n)
+            else:  # e.g. REPLICA_IS_NOT_READY: another write of this key is in flight
+                codes[n] = code
+        if again:
+            restarted = self.client.batch_put_session_start(
+                [self.names[n] for n in again], [self.totals[n] for n in again], self.replicate
+            )
+            for n, code in zip(again, _ints(restarted, len(again)), strict=True):
+                codes[n] = code
+        return codes
+
+    def _revoke(self, which: list[int]) -> None:
+        self.client.batch_put_session_revoke([self.names[n] for n in which])
+
+
+def _write_remove_put(backend: MooncakeBackend, batch: _Batch) -> list[int]:
+    """Remove (on a helper thread while the headers are packed), then multi-buffer put; final codes."""
+    names = batch.names
+    removing = backend.calls.in_background(backend.client.batch_remove, names, True)
+    try:
+        batch.pack_headers(backend)
+    finally:
+        removed_codes = backend.calls.wait_for(removing, "batch_remove", batch.hold)
+    codes = backend.check_codes(removed_codes, len(names), "batch_remove")
+    # A key whose old object could not be removed is not put: put would keep the old value.
+    todo = [n for n, code in enumerate(codes) if code in (0, OBJECT_NOT_FOUND)]
+    if not todo:
+        return codes
+    put_args = ([names[n] for n in todo], [batch.ptrs[n] for n in todo], [batch.sizes[n] for n in todo])
+    put = backend.calls.submit(backend.client.batch_put_from_multi_buffers, *put_args, backend.replicate)
+    result = backend.calls.wait_for(put, "batch_put_from_multi_buffers", batch.hold, bounded=backend.verify_checksum)
+    for n, code in zip(todo, backend.check_codes(result, len(todo), "batch_put_from_multi_buffers"), strict=True):
+        codes[n] = code
+    return codes
+
+
+def read_direct(
+    backend: MooncakeBackend, names: list[str], pages: list[PageBuffers], ptrs: list[list[int]], sizes: list[list[int]]
+) -> list[bool]:
+    """Get into [header slot, segments...] for pages in registered memory (at most one slab); then check."""
+    arena = backend.header_arena()
+    out = [False] * len(names)
+    with arena.slab() as slab:
+        arena.view[slab : slab + len(names) * HEADER_SIZE] = bytes(len(names) * HEADER_SIZE)
+        all_ptrs = [[arena.base + slab + n * HEADER_SIZE, *ptrs[n]] for n in range(len(names))]
+        all_sizes = [[HEADER_SIZE, *sizes[n]] for n in range(len(names))]
+        codes = backend.check_codes(
+            backend.calls.call(
+                "batch_get_into_multi_buffers",
+                backend.client.batch_get_into_multi_buffers,
+                names,
+                all_ptrs,
+                all_sizes,
+                hold=(arena, slab),
+            ),
+            len(names),
+            "batch_get_into_multi_buffers",
+        )
+        for n, code in enumerate(codes):
+            length = sum(sizes[n])
+            if backend.complete(code, HEADER_SIZE + length):
+                out[n] = backend.accept(arena.view, slab + n * HEADER_SIZE, names[n], pages[n], length)
+    return out
+
+
+def _offsets(sizes: Sequence[int]) -> list[int]:
+    """Offsets in the object of buffers of ``sizes`` laid back to back."""
+    offsets, at = [], 0
+    for size in sizes:
+        offsets.append(at)
+        at += size
+    return offsets
+
+
+def _ints(codes: Any, count: int) -> list[int]:
+    """A client call's per-key results as ints; :class:`BackendFault` when there are not ``count`` of them."""
+    if not isinstance(codes, list) or len(codes) != count:
+        raise BackendFault(f"Mooncake returned {codes!r} for {count} keys")
+    return [int(code) for code in codes]
