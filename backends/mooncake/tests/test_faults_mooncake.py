@@ -1,4 +1,5 @@
-"""Mooncake Store: ``mooncake_master`` killed mid-run and restarted.
+"""Mooncake Store faults on private servers: ``mooncake_master`` killed mid-run and restarted,
+writers racing on the same keys, and a store too small for a batch.
 
 The master holds all object metadata in memory, so a restart loses every object; the segment
 holder and clients must register again. The test measures what the backend does (reconnects by
@@ -12,13 +13,18 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mooncake_support import open_mooncake, open_on_ports
+from hicache_storage_mooncake import MooncakeBackend
+from mooncake_support import open_mooncake, open_on_ports, store_options
 
+from hicache_storage import HiCacheStorage, make_config
+from hicache_storage.testing import make_pool, page_bytes, page_indices
 from hicache_storage.testing.fault_figures import record
-from hicache_storage.testing.outage import PrivateServices, Workload, assert_clean, race_writers
+from hicache_storage.testing.outage import PrivateServices, Workload, assert_clean, make_keys, race_writers
+from hicache_storage.testing.ports import HOST
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(150)]
 
@@ -145,3 +151,49 @@ def test_mooncake_two_processes_write_the_same_keys(services: PrivateServices) -
     assert_clean(reader)
     record("mooncake.two_writers.verified_hits", reader.report.hits)
     record("mooncake.two_writers.misses", reader.report.misses)
+
+
+# ---------------------------------------------------------------- a full store
+#: The segment holder of the full-store tests: room for fewer pages than one batch writes.
+SMALL_SEGMENT = "16MB"  # the least mooncake_client accepts
+
+
+@pytest.fixture(scope="module")
+def small_store() -> Iterator[PrivateServices]:
+    """A private master whose segment holder lends only :data:`SMALL_SEGMENT`."""
+    owned = PrivateServices()
+    assert owned.env is not None
+    owned.env["HICACHE_TEST_MOONCAKE_SEGMENT_SIZE"] = SMALL_SEGMENT
+    try:
+        owned.ctl("start", "mooncake")
+        yield owned
+    finally:
+        owned.close()
+
+
+@pytest.mark.parametrize("transfer", ["zero_copy", "staged"])
+def test_full_store_writes_are_false_and_reads_miss(small_store: PrivateServices, transfer: str) -> None:
+    """A batch larger than the store: the keys that found no room are ``False`` (counted as
+    ``mooncake_no_available_handle``) and read as misses, nothing raises, the stored ones read back
+    right; once the batch is deleted, writes succeed again."""
+    master, metadata = (f"{HOST}:{port}" for port in small_store.mooncake_ports[:2])
+    options = store_options(master, f"http://{metadata}/metadata", transfer=transfer, resilience=RESILIENCE)
+    backend = HiCacheStorage(MooncakeBackend, make_config("full-store", extra_config=options))
+    pool = make_pool(num_pages=256, page_size=64, layer_num=2, head_dim=128)
+    backend.register_mem_pool_host(pool)  # 128 KiB pages: 128 of them are 16 MiB, and more with headers
+    try:
+        keys = make_keys(128)
+        stored = backend.batch_set_v1(keys, page_indices(0, 128, 64))
+        assert len(stored) == 128 and 0 < sum(stored) < 128, f"{sum(stored)} of 128 pages stored"
+        assert backend.get_stats()["counters"].get("mooncake_no_available_handle", 0) > 0
+        hits = backend.batch_get_v1(keys, page_indices(128, 128, 64))
+        assert not any(hit and not ok for hit, ok in zip(hits, stored)), "a page that was not stored was read"
+        for n, hit in enumerate(hits):
+            if hit:
+                assert page_bytes(pool, 128 + n) == page_bytes(pool, n)
+        assert all(backend.delete(keys))
+        again = make_keys(4)
+        assert backend.batch_set_v1(again, page_indices(0, 4, 64)) == [True] * 4
+    finally:
+        backend.clear(everything=True)
+        backend.close()
