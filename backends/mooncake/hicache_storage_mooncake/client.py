@@ -14,6 +14,7 @@ from .options import MooncakeOptions
 __all__ = [
     "CODE_NAMES",
     "INSTALL_HINT",
+    "INVALID_PARAMS",
     "OBJECT_ALREADY_EXISTS",
     "OBJECT_NOT_FOUND",
     "OUTAGE_CODES",
@@ -40,6 +41,7 @@ CODE_NAMES: dict[int, str] = {
     -900: "rpc_fail",
     -901: "rpc_timeout",
 }
+INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
 #: A put session's start for a key that has an object (or a reservation) already.
 OBJECT_ALREADY_EXISTS = -705

@@ -26,14 +26,26 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_storage.plugin import BackendFault, PageBuffers, current_deadline
 
-from .client import OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, TRANSFER_FAIL
+from .client import INVALID_PARAMS, OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, TRANSFER_FAIL
 from .memory import SLAB_WAIT_S, SlabArena
 from .record import HEADER_SIZE, key_digest, pack_header
 
 if TYPE_CHECKING:
     from .backend import MooncakeBackend
 
-__all__ = ["SESSION_CALLS", "has_put_sessions", "read_direct", "write_direct"]
+__all__ = [
+    "GET_SESSION_CALLS",
+    "PIPELINE_PAGES",
+    "SESSION_CALLS",
+    "has_get_sessions",
+    "has_put_sessions",
+    "read_direct",
+    "write_direct",
+]
+
+#: Pages per chunk of a session write: a chunk moves once its headers are packed, while the caller
+#: hashes the next one.
+PIPELINE_PAGES = 16
 
 #: The client methods of a put session; clients without them write with remove + put.
 SESSION_CALLS = (
@@ -42,11 +54,18 @@ SESSION_CALLS = (
     "batch_put_session_end",
     "batch_put_session_revoke",
 )
+#: The client methods of a get session; clients without them read with ``batch_get_into_multi_buffers``.
+GET_SESSION_CALLS = ("batch_get_session_start", "batch_get_into_multi_buffer_ranges", "batch_get_session_end")
 
 
 def has_put_sessions(client: Any) -> bool:
     """Whether ``client`` offers Mooncake's put sessions (reserve, ranged put, publish)."""
     return all(callable(getattr(client, name, None)) for name in SESSION_CALLS)
+
+
+def has_get_sessions(client: Any) -> bool:
+    """Whether ``client`` offers Mooncake's get sessions (look replicas up once, ranged gets)."""
+    return all(callable(getattr(client, name, None)) for name in GET_SESSION_CALLS)
 
 
 @dataclass(frozen=True)
@@ -66,17 +85,12 @@ class _Batch:
         """The slab a call given up on keeps until it ends."""
         return self.arena, self.slab
 
-    def pack_headers(self, backend: MooncakeBackend) -> None:
-        """Hash each page (with ``verify_checksum``) and write its header into its slot."""
-        for n, page in enumerate(self.pages):
+    def pack_headers(self, backend: MooncakeBackend, which: range | None = None) -> None:
+        """Hash each page of ``which`` (default: all; with ``verify_checksum``) and write its header."""
+        for n in range(len(self.pages)) if which is None else which:
             offset = self.slab + n * HEADER_SIZE
-            pack_header(
-                self.arena.view,
-                offset,
-                sum(self.sizes[n]) - HEADER_SIZE,
-                backend.digest(page),
-                key_digest(self.names[n]),
-            )
+            length = sum(self.sizes[n]) - HEADER_SIZE
+            pack_header(self.arena.view, offset, length, backend.digest(self.pages[n]), key_digest(self.names[n]))
 
 
 def write_direct(
@@ -98,34 +112,54 @@ def write_direct(
 
 
 def _write_in_session(backend: MooncakeBackend, batch: _Batch) -> list[int]:
-    """Reserve on a worker while the headers are packed here, then ranged put and publish; final codes."""
-    ready = threading.Event()
-    packed = [False]
-    session = _Session(backend, batch, ready, packed)
-    running = backend.calls.submit(session.run)
-    try:
-        batch.pack_headers(backend)
-        packed[0] = True
-    finally:
-        ready.set()
+    """Reserve on a worker while the headers are packed here, chunk by chunk; the worker moves each
+    chunk once its headers are packed, then publishes. Final codes."""
+    headers = _Headers(len(batch.names), backend.pipeline_pages)
+    running = backend.calls.submit(_Session(backend, batch, headers).run)
+    headers.pack(backend, batch)
     # Without checksums a late transfer of reused pool memory would store unverifiable bytes: such
     # writes are waited for to the end, never given up on.
     codes = backend.calls.wait_for(running, "put session", batch.hold, bounded=backend.verify_checksum)
     return backend.check_codes(codes, len(batch.names), "put session")
 
 
-class _Session:
-    """One put session run on a worker thread: reserve, wait for the headers, ranged put, publish."""
+class _Headers:
+    """The headers of a batch, packed by the caller in chunks of ``step`` pages; a worker waits for each chunk."""
 
-    def __init__(self, backend: MooncakeBackend, batch: _Batch, ready: threading.Event, packed: list[bool]) -> None:
+    def __init__(self, count: int, step: int) -> None:
+        self.chunks = [range(begin, min(count, begin + step)) for begin in range(0, count, step)]
+        self._ready = [threading.Event() for _ in self.chunks]
+        self._failed = False
+
+    def pack(self, backend: MooncakeBackend, batch: _Batch) -> None:
+        """Pack every chunk in order, announcing each (all of them, as failed, if packing raises)."""
+        try:
+            for chunk, ready in zip(self.chunks, self._ready, strict=True):
+                batch.pack_headers(backend, chunk)
+                ready.set()
+        except BaseException:
+            self._failed = True
+            raise
+        finally:
+            for ready in self._ready:
+                ready.set()
+
+    def wait(self, index: int, timeout_s: float) -> bool:
+        """Whether chunk ``index`` was packed within ``timeout_s``."""
+        return self._ready[index].wait(timeout_s) and not self._failed
+
+
+class _Session:
+    """One put session run on a worker thread: reserve, move each chunk once its headers are packed, publish."""
+
+    def __init__(self, backend: MooncakeBackend, batch: _Batch, headers: _Headers) -> None:
         self.client = backend.client
         self.replicate = backend.replicate
         self.names = batch.names
         self.ptrs = batch.ptrs
         self.sizes = batch.sizes
         self.totals = [sum(row) for row in batch.sizes]
-        self.ready = ready
-        self.packed = packed
+        self.headers = headers
         deadline = current_deadline()
         self.wait_s = SLAB_WAIT_S if deadline is None else max(0.0, deadline - time.monotonic()) + SLAB_WAIT_S
 
@@ -136,7 +170,7 @@ class _Session:
         if not started:
             return codes
         try:
-            done = self._transfer(started, codes)
+            done = self._transfer(set(started), codes)
         except BaseException:  # never leave a reservation behind: it would block the key until the master drops it
             self._revoke(started)
             raise
@@ -146,23 +180,30 @@ class _Session:
                 codes[n] = code
         return codes
 
-    def _transfer(self, started: list[int], codes: list[int]) -> list[int]:
-        """Once the headers are packed, move [header, segments...] of ``started``; those fully moved
-        (the others are revoked, their codes set)."""
-        if not self.ready.wait(self.wait_s) or not self.packed[0]:
-            failed, done = started, []
-        else:
+    def _transfer(self, started: set[int], codes: list[int]) -> list[int]:
+        """Move [header, segments...] of the ``started`` keys, chunk by chunk as their headers are packed;
+        the keys fully moved (the others are revoked, their codes set)."""
+        done: list[int] = []
+        failed: list[int] = []
+        for index, chunk in enumerate(self.headers.chunks):
+            todo = [n for n in chunk if n in started]
+            if not todo:
+                continue
+            if not self.headers.wait(index, self.wait_s):
+                failed.extend(n for n in started if n >= chunk.start)
+                break
             moved = self.client.batch_put_from_multi_buffer_ranges(
-                [self.names[n] for n in started],
-                [self.ptrs[n] for n in started],
-                [self.sizes[n] for n in started],
-                [_offsets(self.sizes[n]) for n in started],
+                [self.names[n] for n in todo],
+                [self.ptrs[n] for n in todo],
+                [self.sizes[n] for n in todo],
+                [_offsets(self.sizes[n]) for n in todo],
             )
-            results = dict(zip(started, _ints(moved, len(started)), strict=True))
-            done = [n for n in started if results[n] == self.totals[n]]
-            failed = [n for n in started if results[n] != self.totals[n]]
-            for n in failed:
-                codes[n] = results[n] if results[n] < 0 else TRANSFER_FAIL
+            for n, code in zip(todo, _ints(moved, len(todo)), strict=True):
+                if code == self.totals[n]:
+                    done.append(n)
+                else:
+                    failed.append(n)
+                    codes[n] = code if code < 0 else TRANSFER_FAIL
         if failed:
             self._revoke(failed)
             for n in failed:
@@ -232,23 +273,42 @@ def read_direct(
         arena.view[slab : slab + len(names) * HEADER_SIZE] = bytes(len(names) * HEADER_SIZE)
         all_ptrs = [[arena.base + slab + n * HEADER_SIZE, *ptrs[n]] for n in range(len(names))]
         all_sizes = [[HEADER_SIZE, *sizes[n]] for n in range(len(names))]
-        codes = backend.check_codes(
-            backend.calls.call(
-                "batch_get_into_multi_buffers",
-                backend.client.batch_get_into_multi_buffers,
-                names,
-                all_ptrs,
-                all_sizes,
-                hold=(arena, slab),
-            ),
-            len(names),
-            "batch_get_into_multi_buffers",
-        )
+        client = backend.client
+        if backend.get_sessions:
+            call, what = _get_in_session, "get session"
+            args: tuple[Any, ...] = (client, names, all_ptrs, all_sizes)
+        else:
+            call, what = client.batch_get_into_multi_buffers, "batch_get_into_multi_buffers"
+            args = (names, all_ptrs, all_sizes)
+        codes = backend.check_codes(backend.calls.call(what, call, *args, hold=(arena, slab)), len(names), what)
         for n, code in enumerate(codes):
             length = sum(sizes[n])
             if backend.complete(code, HEADER_SIZE + length):
                 out[n] = backend.accept(arena.view, slab + n * HEADER_SIZE, names[n], pages[n], length)
     return out
+
+
+def _get_in_session(client: Any, names: list[str], ptrs: list[list[int]], sizes: list[list[int]]) -> list[int]:
+    """Bytes read per key (or a negative code): a get session (replicas looked up once), one ranged get.
+
+    A ranged get of more bytes than the object holds is refused (``INVALID_PARAMS``): reported as 0
+    bytes, a size mismatch.
+    """
+    codes = _ints(client.batch_get_session_start(names), len(names))
+    started = [n for n, code in enumerate(codes) if code == 0]
+    try:
+        if started:
+            moved = client.batch_get_into_multi_buffer_ranges(
+                [names[n] for n in started],
+                [ptrs[n] for n in started],
+                [sizes[n] for n in started],
+                [_offsets(sizes[n]) for n in started],
+            )
+            for n, code in zip(started, _ints(moved, len(started)), strict=True):
+                codes[n] = 0 if code == INVALID_PARAMS else code
+    finally:
+        client.batch_get_session_end(names)
+    return codes
 
 
 def _offsets(sizes: Sequence[int]) -> list[int]:

@@ -137,6 +137,48 @@ def test_auto_transfer_stages_small_segments_over_tcp(open_backend: Any) -> None
     )
 
 
+def test_clients_with_and_without_sessions_share_pages(open_backend: Any) -> None:
+    """Put/get sessions and the remove + put / multi-buffer get of clients without them store the same
+    object: each reads and overwrites the other's pages."""
+    pool = make_pool()
+    sessions = open_backend({"transfer": "zero_copy"}, pool=pool)
+    plain = open_backend({"transfer": "zero_copy", "key_prefix": sessions.options.key_prefix}, pool=pool)
+    assert sessions.backend.put_sessions and sessions.backend.get_sessions
+    plain.backend.put_sessions = plain.backend.get_sessions = False
+    keys = keys_for(4)
+    assert plain.batch_set_v1(keys[:2], indices(0, 2)) == [True, True]
+    assert sessions.batch_set_v1(keys[2:], indices(2, 2)) == [True, True]
+    for reader, first in ((sessions, 4), (plain, 8)):
+        assert reader.batch_get_v1(keys, indices(first, 4)) == [True] * 4
+        assert [page_bytes(pool, first + n) for n in range(4)] == [page_bytes(pool, n) for n in range(4)]
+    assert plain.batch_set_v1(keys[2:3], indices(12, 1)) == [True]  # overwrites a session-written page
+    assert sessions.batch_set_v1(keys[:1], indices(13, 1)) == [True]  # and the other way round
+    assert sessions.batch_get_v1([keys[0], keys[2]], indices(14, 2)) == [True, True]
+    assert [page_bytes(pool, 14), page_bytes(pool, 15)] == [page_bytes(pool, 13), page_bytes(pool, 12)]
+
+
+def test_write_of_a_key_another_write_holds_is_false(open_backend: Any) -> None:
+    """A key reserved by a put session still running elsewhere can neither be put nor removed: the
+    write is ``False`` (counted as ``mooncake_replica_not_ready``) and the key stays a miss; once the
+    other session ends, writes succeed."""
+    pool = make_pool()
+    backend = open_backend({"transfer": "zero_copy"}, pool=pool)
+    other = open_backend({"key_prefix": backend.options.key_prefix}, pool=make_pool())  # another client
+    (key,) = keys_for(1)
+    client = other.backend.client
+    name = backend.backend.mooncake_key(backend.keyspace.storage_key(key))
+    assert client.batch_put_session_start([name], [HEADER_SIZE + pool.bytes_per_page], backend.backend.replicate) == [0]
+    try:
+        assert backend.batch_set_v1([key], indices(0, 1)) == [False]
+        assert backend.get_stats()["counters"]["mooncake_replica_not_ready"] == 1
+        assert backend.batch_get_v1([key], indices(1, 1)) == [False]
+    finally:
+        client.batch_put_session_revoke([name])
+    assert backend.batch_set_v1([key], indices(0, 1)) == [True]
+    assert backend.batch_get_v1([key], indices(1, 1)) == [True]
+    assert page_bytes(pool, 1) == page_bytes(pool, 0)
+
+
 def test_size_mismatch_is_a_miss(open_backend: Any) -> None:
     pool = make_pool()
     backend = open_backend(pool=pool)
