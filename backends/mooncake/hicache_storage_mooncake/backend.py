@@ -9,10 +9,12 @@ with the transfer engine, so with ``transfer: zero_copy`` pages travel by pointe
   removed (``force``) and reserved again. Clients without put sessions remove the batch's keys,
   then ``batch_put_from_multi_buffers`` (Mooncake's ``put`` keeps an old value). See
   :mod:`hicache_storage_mooncake.zero_copy`;
-- reads: ``batch_get_into_multi_buffers`` into [header slot, segment, ...]; the page is a hit only
-  when exactly header + page bytes arrived and the header matches (magic, version, digest of the
-  object key, payload length) and, with ``verify_checksum`` (default), the XXH3-64 of the segments,
-  hashed in place, matches too.
+- reads: a get session per batch (replicas looked up once, one ranged get into [header slot,
+  segment, ...]; clients without sessions: ``batch_get_into_multi_buffers``); the page is a hit only
+  when header + page bytes arrived and the header matches (magic, version, digest of the object
+  key, payload length) and, with ``verify_checksum`` (default), the XXH3-64 of the segments, hashed
+  in place, matches too. (A ranged get reads the bytes asked for: an object longer than header +
+  page is caught by its header, one shorter by the get's refusal.)
 
 Mooncake's force-remove and upsert do not wait for readers, and freed memory is reused at once: a
 read racing an overwrite can receive another object's bytes. The header check turns that into a

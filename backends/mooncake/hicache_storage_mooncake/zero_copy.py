@@ -1,19 +1,23 @@
 """Zero-copy page transfers of the mooncake backend: pool pages move by pointer, with a header slot each.
 
-Writes (one header slab of pages per call):
+Writes (one header slab of pages per call), with the client's put sessions
+(``batch_put_session_start``, ``batch_put_from_multi_buffer_ranges``, ``batch_put_session_end``,
+``batch_put_session_revoke``): a worker thread reserves the batch's objects while the caller hashes
+the pages and packs their headers, in chunks of :data:`PIPELINE_PAGES`; the worker moves each chunk
+([header, segment, ...] ranged into its object) as soon as its headers are packed, so later pages
+are hashed while earlier ones travel, then publishes the batch (readers see nothing before). A key
+with an object already (``OBJECT_ALREADY_EXISTS``) is removed and reserved again, so a batch of new
+keys costs no remove; keys whose transfer failed are revoked. A key reserved by a write still in
+flight in another client can neither be reserved nor removed (``False``, counted as
+``mooncake_replica_not_ready``; one in flight in this client: ``mooncake_invalid_params``).
+Clients without put sessions: ``batch_remove(force)`` on a helper thread while the headers are
+packed, then ``batch_put_from_multi_buffers`` (Mooncake's put keeps an existing value).
 
-- with Mooncake's put sessions (``batch_put_session_start`` ... ``_end``, in the client since 0.3.8):
-  a worker thread reserves the objects while the caller hashes the pages and packs the headers;
-  a key that exists already (``OBJECT_ALREADY_EXISTS``) is removed and reserved again, so a batch
-  of new keys costs no remove. Then one ranged put of [header, segment, ...] and the session's end
-  publish the objects (readers see nothing before the end); keys whose transfer failed are
-  revoked. A key reserved by a write still in flight elsewhere cannot be removed (the write
-  returns ``False``, counted as ``mooncake_replica_not_ready``).
-- without them: ``batch_remove(force)`` on a helper thread while the headers are packed, then
-  ``batch_put_from_multi_buffers`` (Mooncake's put keeps an existing value).
-
-Reads: ``batch_get_into_multi_buffers`` into [header slot, segment, ...], then the header (and
-checksum) check of :meth:`MooncakeBackend.accept`.
+Reads, with get sessions (``batch_get_session_start``, ``batch_get_into_multi_buffer_ranges``,
+``batch_get_session_end``): the replicas are looked up once and [header slot, segment, ...] are
+read as ranges of each object; without them, ``batch_get_into_multi_buffers``. Then the header (and
+checksum) check of :meth:`MooncakeBackend.accept`. The client's plain multi-buffer calls are much
+slower than its sessions here (``benchmarks/bench_mooncake.py`` measures both).
 """
 
 from __future__ import annotations
