@@ -64,8 +64,9 @@ from .memory import SlabArena, address, pool_tensors
 from .options import MooncakeOptions
 from .raw_baseline import RawMooncake
 from .record import HEADER_SIZE, RecordCheck, check_header, key_digest, payload_checksum
+from .sessions import GET_SESSION_CALLS, PIPELINE_PAGES, PUT_SESSION_CALLS, has_sessions
 from .staged import read_staged, write_staged
-from .zero_copy import PIPELINE_PAGES, has_get_sessions, has_put_sessions, read_direct, write_direct
+from .zero_copy import read_direct, write_direct
 
 __all__ = ["AUTO_STAGE_BELOW_SEGMENT_BYTES", "HEADER_SLABS", "STAGING_SLABS", "MooncakeBackend"]
 
@@ -135,11 +136,11 @@ class MooncakeBackend(Backend[MooncakeOptions]):
         self.gate = CallGate()
         self.calls = DeadlineCalls(self.gate, lambda: self.counters.bump("mooncake_abandoned_calls"))
         self.client: Any = open_store(options, self.rpc_timeout_ms)
-        #: Zero-copy writes reserve, fill and publish objects in put sessions (else: remove, then put).
-        self.put_sessions = has_put_sessions(self.client)
-        #: Zero-copy reads look the replicas up once and get ranges (else: ``batch_get_into_multi_buffers``).
-        self.get_sessions = has_get_sessions(self.client)
-        #: Pages whose headers a session write packs before moving them (the next ones are hashed meanwhile).
+        #: Writes reserve, fill and publish objects in put sessions (else: remove + put, or upsert staged).
+        self.put_sessions = has_sessions(self.client, PUT_SESSION_CALLS)
+        #: Reads look the replicas up once and get ranges (else: ``batch_get_into_multi_buffers`` / ``_into``).
+        self.get_sessions = has_sessions(self.client, GET_SESSION_CALLS)
+        #: Pages a session write prepares before moving them (the next ones are prepared meanwhile).
         self.pipeline_pages = PIPELINE_PAGES
         self._regions: list[tuple[int, int]] = []
         self._headers: SlabArena | None = None

@@ -137,12 +137,14 @@ def test_auto_transfer_stages_small_segments_over_tcp(open_backend: Any) -> None
     )
 
 
-def test_clients_with_and_without_sessions_share_pages(open_backend: Any) -> None:
-    """Put/get sessions and the remove + put / multi-buffer get of clients without them store the same
-    object: each reads and overwrites the other's pages."""
+@pytest.mark.parametrize("transfer", TRANSFERS)
+def test_clients_with_and_without_sessions_share_pages(open_backend: Any, transfer: str) -> None:
+    """Put/get sessions and the plain calls of clients without them (remove + multi-buffer put and
+    multi-buffer get; staged: upsert and get) store the same object: each reads and overwrites the
+    other's pages."""
     pool = make_pool()
-    sessions = open_backend({"transfer": "zero_copy"}, pool=pool)
-    plain = open_backend({"transfer": "zero_copy", "key_prefix": sessions.options.key_prefix}, pool=pool)
+    sessions = open_backend({"transfer": transfer}, pool=pool)
+    plain = open_backend({"transfer": transfer, "key_prefix": sessions.options.key_prefix}, pool=pool)
     assert sessions.backend.put_sessions and sessions.backend.get_sessions
     plain.backend.put_sessions = plain.backend.get_sessions = False
     keys = keys_for(4)
