@@ -4,10 +4,14 @@ The store is opened from the backend's own options (same master, metadata server
 segment and buffer sizes, ``replica_num``). Its batch calls move bytes only from and to memory
 registered with the transfer engine, and the buffers a caller gives are not registered: each call
 copies them through one registered staging buffer of ``staging_buffer_size`` bytes (allocated,
-touched and registered at construction, as the backend's own staging buffer is) and runs
-``batch_upsert_from`` (one call: the store's own overwrite of a single-buffer object) or
-``batch_get_into`` (a hit only when exactly the buffer's size arrived) per staging-buffer-full of
-pages; exists is ``batch_is_exist``. No record header, no checksum, no key space.
+touched and registered at construction, as the backend's own staging buffer is) and moves each
+staging-buffer-full of pages the way the backend does, through the client's put and get sessions
+(start, ranged put, end; an existing object is removed and reserved again / start, ranged get,
+end: the client's fastest calls), or, on a client without them, ``batch_upsert_from`` (the
+store's own overwrite of a single-buffer object) and ``batch_get_into``. A get is a hit only when
+the buffer's size arrived (a ranged get reads that many bytes of a longer object; a shorter one
+is refused, a miss); exists is ``batch_is_exist``. No record header, no checksum, no key space, no
+threads.
 
 Why a copy rather than registering the caller's buffers: registering costs about a millisecond per
 region (a metadata-server update), and a benchmark hands one separately allocated buffer per page,
@@ -32,8 +36,9 @@ import numpy as np
 from hicache_storage.plugin import BackendFault
 from hicache_storage.plugin.vectored_io import flat_view
 
-from .client import import_store, open_store
+from .client import OBJECT_ALREADY_EXISTS, TRANSFER_FAIL, import_store, open_store
 from .options import MooncakeOptions
+from .sessions import GET_SESSION_CALLS, PUT_SESSION_CALLS, has_sessions
 
 __all__ = ["RAW_PREFIX", "RawMooncake"]
 
@@ -73,6 +78,8 @@ class RawMooncake:
             self.store.close()
             raise BackendFault(f"Mooncake could not register the raw baseline's staging buffer (code {code})")
         self._written: set[str] = set()
+        #: Writes and reads go through the client's put and get sessions (else upsert and get).
+        self.sessions = has_sessions(self.store, PUT_SESSION_CALLS) and has_sessions(self.store, GET_SESSION_CALLS)
 
     @classmethod
     def from_options(cls, options: MooncakeOptions, timeout_s: float) -> RawMooncake:
@@ -118,15 +125,70 @@ class RawMooncake:
         for chunk in self._staged(keys, buffers):
             for view, offset, size in chunk.pieces:
                 self._staging[offset : offset + size] = np.frombuffer(view, np.uint8)
-            codes = self.store.batch_upsert_from(chunk.names, chunk.addresses, chunk.sizes, self._replicate)
+            if self.sessions:
+                codes = self._put_session(chunk)
+            else:
+                codes = self.store.batch_upsert_from(chunk.names, chunk.addresses, chunk.sizes, self._replicate)
             results.extend(int(code) == 0 for code in codes)
             self._written.update(chunk.names)
         return results
 
+    def _put_session(self, chunk: _StagedChunk) -> list[int]:
+        """Codes of a put session of the chunk: an existing object is removed and reserved again."""
+        store, names = self.store, chunk.names
+        codes = [int(code) for code in store.batch_put_session_start(names, chunk.sizes, self._replicate)]
+        existing = [n for n, code in enumerate(codes) if code == OBJECT_ALREADY_EXISTS]
+        if existing:
+            store.batch_remove([names[n] for n in existing], True)
+            again = store.batch_put_session_start(
+                [names[n] for n in existing], [chunk.sizes[n] for n in existing], self._replicate
+            )
+            for n, code in zip(existing, again, strict=True):
+                codes[n] = int(code)
+        started = [n for n, code in enumerate(codes) if code == 0]
+        if not started:
+            return codes
+        moved = store.batch_put_from_multi_buffer_ranges(
+            [names[n] for n in started],
+            [[chunk.addresses[n]] for n in started],
+            [[chunk.sizes[n]] for n in started],
+            [[0] for _ in started],
+        )
+        done = [n for n, code in zip(started, moved, strict=True) if int(code) == chunk.sizes[n]]
+        failed = [n for n in started if n not in done]
+        if failed:
+            store.batch_put_session_revoke([names[n] for n in failed])
+            for n in failed:
+                codes[n] = TRANSFER_FAIL
+        if done:
+            for n, code in zip(done, store.batch_put_session_end([names[n] for n in done]), strict=True):
+                codes[n] = int(code)
+        return codes
+
+    def _get(self, chunk: _StagedChunk) -> list[int]:
+        """Bytes read per object of the chunk (negative: a code), through a get session when the client has them."""
+        if not self.sessions:
+            return [int(code) for code in self.store.batch_get_into(chunk.names, chunk.addresses, chunk.sizes)]
+        codes = [int(code) for code in self.store.batch_get_session_start(chunk.names)]
+        started = [n for n, code in enumerate(codes) if code == 0]
+        try:
+            if started:
+                moved = self.store.batch_get_into_multi_buffer_ranges(
+                    [chunk.names[n] for n in started],
+                    [[chunk.addresses[n]] for n in started],
+                    [[chunk.sizes[n]] for n in started],
+                    [[0] for _ in started],
+                )
+                for n, code in zip(started, moved, strict=True):
+                    codes[n] = int(code)
+        finally:
+            self.store.batch_get_session_end(chunk.names)
+        return codes
+
     def get(self, keys: Sequence[str], buffers: Sequence[memoryview]) -> list[bool]:
         results: list[bool] = []
         for chunk in self._staged(keys, buffers):
-            codes = self.store.batch_get_into(chunk.names, chunk.addresses, chunk.sizes)
+            codes = self._get(chunk)
             for (view, offset, size), code in zip(chunk.pieces, codes, strict=True):
                 hit = int(code) == size
                 if hit:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_storage.plugin import BackendFault, current_deadline
 
-from .client import INVALID_PARAMS, OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, TRANSFER_FAIL
+from .client import INVALID_PARAMS, OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, OUTAGE_CODES, TRANSFER_FAIL
 from .memory import SLAB_WAIT_S, SlabArena
 
 if TYPE_CHECKING:
@@ -104,8 +104,10 @@ def put_in_session(
 def get_in_session(client: Any, objects: Transfers) -> list[int]:
     """Bytes read per object (or a negative code): one get session, one ranged get of every object.
 
-    A ranged get of more bytes than the object holds is refused (``INVALID_PARAMS``): reported as
-    0 bytes, a size mismatch.
+    The client refuses a ranged get (``INVALID_PARAMS``) of more bytes than the object holds and
+    when the transfer fails; the object's size (one more request, for refused objects only) tells
+    which: a shorter object is reported as 0 bytes (a size mismatch), a failed transfer as
+    ``TRANSFER_FAIL``.
     """
     names = objects.names
     codes = _ints(client.batch_get_session_start(names), len(names))
@@ -114,7 +116,9 @@ def get_in_session(client: Any, objects: Transfers) -> list[int]:
         if started:
             moved = client.batch_get_into_multi_buffer_ranges(*objects.ranged(started))
             for n, code in zip(started, _ints(moved, len(started)), strict=True):
-                codes[n] = 0 if code == INVALID_PARAMS else code
+                codes[n] = code
+                if code == INVALID_PARAMS:
+                    codes[n] = 0 if 0 <= int(client.get_size(names[n])) < objects.totals[n] else TRANSFER_FAIL
     finally:
         client.batch_get_session_end(names)
     return codes
@@ -191,9 +195,9 @@ class _PutSession:
             for n, code in zip(todo, _ints(moved, len(todo)), strict=True):
                 if code == totals[n]:
                     done.append(n)
-                else:
+                else:  # the client reports a failed transfer as INVALID_PARAMS: counted as what it is
                     failed.append(n)
-                    codes[n] = code if code < 0 else TRANSFER_FAIL
+                    codes[n] = code if code in OUTAGE_CODES else TRANSFER_FAIL
         if failed:
             self.client.batch_put_session_revoke([self.objects.names[n] for n in failed])
             for n in failed:
