@@ -5,10 +5,10 @@ Every object is a 32-byte header followed by the page's segments back to back (s
 with the transfer engine, so with ``transfer: zero_copy`` pages travel by pointer:
 
 - writes: a put session per batch (reserve the objects on a worker thread while the checksums and
-  headers are computed, one ranged put of [header, segment, ...], publish); a key that exists is
-  removed (``force``) and reserved again. Clients without put sessions remove the batch's keys,
-  then ``batch_put_from_multi_buffers`` (Mooncake's ``put`` keeps an old value). See
-  :mod:`hicache_storage_mooncake.zero_copy`;
+  headers are computed, ranged puts of [header, segment, ...] 16 pages at a time, publish); a key
+  that exists is removed (``force``) and reserved again. Clients without put sessions remove the
+  batch's keys, then ``batch_put_from_multi_buffers`` (Mooncake's ``put`` keeps an old value). See
+  :mod:`hicache_storage_mooncake.sessions` and :mod:`hicache_storage_mooncake.zero_copy`;
 - reads: a get session per batch (replicas looked up once, one ranged get into [header slot,
   segment, ...]; clients without sessions: ``batch_get_into_multi_buffers``); the page is a hit only
   when header + page bytes arrived and the header matches (magic, version, digest of the object
@@ -20,9 +20,10 @@ Mooncake's force-remove and upsert do not wait for readers, and freed memory is 
 read racing an overwrite can receive another object's bytes. The header check turns that into a
 miss. Pages can instead be staged (option ``transfer``; always for pages outside registered
 memory, such as v0 flat tensors): header and payload are copied contiguously into a slab of the
-registered staging buffer and moved as one buffer (``batch_upsert_from`` / ``batch_get_into``).
-Over TCP that is faster for small segments, each buffer of a transfer costing a request of its
-own. Both ways store the same object, so staged and zero-copy clients read each other's pages.
+registered staging buffer and moved as one buffer, in the same sessions (without them:
+``batch_upsert_from`` / ``batch_get_into``). Over TCP that is faster for small segments, each
+buffer of a transfer costing a round trip of its own. Both ways store the same object, so staged
+and zero-copy clients read each other's pages.
 
 A batch in which every key fails with RPC_FAIL or RPC_TIMEOUT (master unreachable or not
 answering) raises :class:`BackendFault`, which the SDK turns into misses / ``False`` and feeds to
@@ -150,7 +151,8 @@ class MooncakeBackend(Backend[MooncakeOptions]):
     @property
     def rpc_timeout_ms(self) -> int:
         """Timeout of one master RPC: ``rpc_timeout_ms``, else 40 % of the I/O timeout (the deadline), at
-        least 50 ms, so a read (one RPC) and a write (remove, then put) both fit in one deadline."""
+        least 50 ms, so a read and a write (reserve, publish; an overwrite also removes and reserves
+        again) fit in one deadline when the master answers slowly."""
         if self.options.rpc_timeout_ms is not None:
             return int(self.options.rpc_timeout_ms)
         return max(50, round(self.io_timeout_s * 400))

@@ -81,7 +81,7 @@ class MooncakeOptions:
       4 slabs so 4 staged calls can run at once (each slab holds at least one page).
     - ``transfer``: how pool pages travel. ``"zero_copy"``: by pointer, one transfer buffer per
       page segment plus one for the header. ``"staged"``: copied with their header into a staging
-      slab and moved as one buffer per page (``batch_upsert_from`` / ``batch_get_into``).
+      slab and moved as one buffer per page.
       ``"auto"`` (default): staged over TCP when the page's segments average under 256 KiB
       (TCP pays a fixed cost per buffer), zero-copy otherwise. Pages outside the registered pool
       (v0 flat tensors) are always staged.
