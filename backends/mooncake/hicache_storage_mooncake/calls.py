@@ -20,10 +20,16 @@ from hicache_storage.plugin import BackendFault, current_deadline
 from .client import CallGate
 from .memory import SlabArena
 
-__all__ = ["CALL_WORKERS", "DeadlineCalls"]
+__all__ = ["CALL_WORKERS", "TRANSFER_LANES", "DeadlineCalls"]
 
 #: Worker threads running Mooncake calls under a deadline (calls given up on keep theirs until they end).
 CALL_WORKERS = 8
+#: Threads moving the chunks of a session write at once: the client's TCP transport waits for the
+#: peer's acknowledgement of each buffer before it sends the next one of a call, so concurrent
+#: calls overlap those round trips.
+TRANSFER_LANES = 4
+#: Threads of each pool: ``workers`` run calls, ``background`` a write's remove, ``lanes`` chunk transfers.
+_POOL_SIZES = {"workers": CALL_WORKERS, "background": 1, "lanes": TRANSFER_LANES}
 
 
 class DeadlineCalls:
@@ -33,8 +39,7 @@ class DeadlineCalls:
         self.gate = gate
         self._on_abandoned = on_abandoned
         self._lock = threading.Lock()
-        self._workers: ThreadPoolExecutor | None = None
-        self._background: ThreadPoolExecutor | None = None
+        self._pools: dict[str, ThreadPoolExecutor] = {}
 
     def call(
         self, what: str, function: Callable[..., Any], *args: Any, hold: tuple[SlabArena, int] | None = None
@@ -71,6 +76,11 @@ class DeadlineCalls:
         prepares headers for meanwhile; collect it with :meth:`wait_for`."""
         return self._pool("workers").submit(self.gated, function, *args)
 
+    def lane(self, function: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Start ``function(*args)`` on a transfer lane, ungated: only for a call that holds the gate
+        (a session on a worker) and waits for the lane before it ends."""
+        return self._pool("lanes").submit(function, *args)
+
     def wait_for(self, future: Future[Any], what: str, hold: tuple[SlabArena, int], *, bounded: bool = True) -> Any:
         """The result of ``future`` (a client call on a helper thread), waited for within the call's
         deadline (``bounded``), else for as long as it takes."""
@@ -83,9 +93,8 @@ class DeadlineCalls:
 
     def shutdown(self) -> None:
         """Wait for the background and worker threads to finish (after the gate is shut)."""
-        for pool in (self._background, self._workers):
-            if pool is not None:
-                pool.shutdown(wait=True)
+        for pool in list(self._pools.values()):
+            pool.shutdown(wait=True)
 
     def _abandon(self, future: Future[Any], hold: tuple[SlabArena, int] | None) -> None:
         self._on_abandoned()
@@ -95,14 +104,12 @@ class DeadlineCalls:
             future.add_done_callback(lambda _done: arena.give_back(offset))
 
     def _pool(self, which: str) -> ThreadPoolExecutor:
-        pool = self._workers if which == "workers" else self._background
+        pool = self._pools.get(which)
         if pool is not None:
             return pool
         with self._lock:
-            if which == "workers":
-                if self._workers is None:
-                    self._workers = ThreadPoolExecutor(max_workers=CALL_WORKERS, thread_name_prefix="hicache-mooncake")
-                return self._workers
-            if self._background is None:
-                self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-mooncake-remove")
-            return self._background
+            if which not in self._pools:
+                self._pools[which] = ThreadPoolExecutor(
+                    max_workers=_POOL_SIZES[which], thread_name_prefix=f"hicache-mooncake-{which}"
+                )
+            return self._pools[which]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
 from hicache_storage.plugin import BackendFault, current_deadline
@@ -43,8 +44,8 @@ __all__ = [
     "put_in_session",
 ]
 
-#: Pages per chunk of a session write: a chunk moves once prepared, while the caller prepares the next.
-PIPELINE_PAGES = 16
+#: Objects per ranged put or get: a write's chunk moves once prepared, while the caller prepares the next.
+PIPELINE_PAGES = 8
 #: The client methods of a put session.
 PUT_SESSION_CALLS = (
     "batch_put_session_start",
@@ -101,21 +102,26 @@ def put_in_session(
     return backend.check_codes(codes, len(objects.names), "put session")
 
 
-def get_in_session(client: Any, objects: Transfers) -> list[int]:
-    """Bytes read per object (or a negative code): one get session, one ranged get of every object.
+def get_in_session(backend: MooncakeBackend, objects: Transfers) -> list[int]:
+    """Bytes read per object (or a negative code): one get session, ranged gets of
+    :data:`PIPELINE_PAGES` objects each, up to ``TRANSFER_LANES`` at once. Run it in the call gate.
 
     The client refuses a ranged get (``INVALID_PARAMS``) of more bytes than the object holds and
     when the transfer fails; the object's size (one more request, for refused objects only) tells
     which: a shorter object is reported as 0 bytes (a size mismatch), a failed transfer as
     ``TRANSFER_FAIL``.
     """
-    names = objects.names
+    client, names = backend.client, objects.names
     codes = _ints(client.batch_get_session_start(names), len(names))
     started = [n for n, code in enumerate(codes) if code == 0]
+    step = backend.pipeline_pages
     try:
-        if started:
-            moved = client.batch_get_into_multi_buffer_ranges(*objects.ranged(started))
-            for n, code in zip(started, _ints(moved, len(started)), strict=True):
+        chunks = [started[begin : begin + step] for begin in range(0, len(started), step)]
+        call = client.batch_get_into_multi_buffer_ranges
+        moving = [(chunk, backend.calls.lane(call, *objects.ranged(chunk))) for chunk in chunks]
+        wait([future for _, future in moving])
+        for chunk, future in moving:
+            for n, code in zip(chunk, _ints(future.result(), len(chunk)), strict=True):
                 codes[n] = code
                 if code == INVALID_PARAMS:
                     codes[n] = 0 if 0 <= int(client.get_size(names[n])) < objects.totals[n] else TRANSFER_FAIL
@@ -155,6 +161,7 @@ class _PutSession:
 
     def __init__(self, backend: MooncakeBackend, objects: Transfers, chunks: _Chunks) -> None:
         self.client = backend.client
+        self.calls = backend.calls
         self.replicate = backend.replicate
         self.objects = objects
         self.chunks = chunks
@@ -179,19 +186,26 @@ class _PutSession:
         return codes
 
     def _transfer(self, started: set[int], codes: list[int]) -> list[int]:
-        """Move the ``started`` objects chunk by chunk as they are prepared; those fully moved (the others
-        are revoked, their codes set)."""
+        """Move the ``started`` objects chunk by chunk as they are prepared, up to ``TRANSFER_LANES``
+        chunks at once; those fully moved (the others are revoked, their codes set)."""
+        moving: list[tuple[list[int], Future[Any]]] = []
+        failed: list[int] = []
+        try:
+            for index, chunk in enumerate(self.chunks.ranges):
+                todo = [n for n in chunk if n in started]
+                if not todo:
+                    continue
+                if not self.chunks.wait(index, self.wait_s):
+                    failed.extend(n for n in started if n >= chunk.start)
+                    break
+                call = self.client.batch_put_from_multi_buffer_ranges
+                moving.append((todo, self.calls.lane(call, *self.objects.ranged(todo))))
+        finally:  # the lanes end before the session does, whatever happens
+            wait([future for _, future in moving])
+        results = [(todo, future.result()) for todo, future in moving]
         totals = self.objects.totals
         done: list[int] = []
-        failed: list[int] = []
-        for index, chunk in enumerate(self.chunks.ranges):
-            todo = [n for n in chunk if n in started]
-            if not todo:
-                continue
-            if not self.chunks.wait(index, self.wait_s):
-                failed.extend(n for n in started if n >= chunk.start)
-                break
-            moved = self.client.batch_put_from_multi_buffer_ranges(*self.objects.ranged(todo))
+        for todo, moved in results:
             for n, code in zip(todo, _ints(moved, len(todo)), strict=True):
                 if code == totals[n]:
                     done.append(n)

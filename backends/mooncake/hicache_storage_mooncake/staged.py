@@ -101,7 +101,7 @@ def read_staged(
             ptrs = [arena.base + start for start in starts]
             if backend.get_sessions:
                 objects = Transfers(names, [[ptr] for ptr in ptrs], [[total] for total in totals])
-                result = backend.calls.call("get session", get_in_session, backend.client, objects, hold=(arena, slab))
+                result = backend.calls.call("get session", get_in_session, backend, objects, hold=(arena, slab))
             else:
                 call = backend.client.batch_get_into
                 result = backend.calls.call("batch_get_into", call, names, ptrs, totals, hold=(arena, slab))

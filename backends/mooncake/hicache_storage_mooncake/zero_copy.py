@@ -88,7 +88,7 @@ def read_direct(
         objects = _objects(arena, slab, names, ptrs, sizes)
         client = backend.client
         if backend.get_sessions:
-            result = backend.calls.call("get session", get_in_session, client, objects, hold=(arena, slab))
+            result = backend.calls.call("get session", get_in_session, backend, objects, hold=(arena, slab))
         else:
             call = client.batch_get_into_multi_buffers
             result = backend.calls.call("get", call, names, objects.ptrs, objects.sizes, hold=(arena, slab))
