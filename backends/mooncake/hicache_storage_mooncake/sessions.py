@@ -144,6 +144,9 @@ class _Chunks:
             for chunk, ready in zip(self.ranges, self._ready, strict=True):
                 prepare(chunk)
                 ready.set()
+                # Hand the GIL over: a worker or lane thread back from the client waits for it, and a
+                # thread hashing on would keep it for up to the switch interval (5 ms).
+                time.sleep(0)
         except BaseException:
             self._failed = True
             raise
