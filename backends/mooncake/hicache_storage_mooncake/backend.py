@@ -5,7 +5,7 @@ Every object is a 32-byte header followed by the page's segments back to back (s
 with the transfer engine, so with ``transfer: zero_copy`` pages travel by pointer:
 
 - writes: a put session per batch (reserve the objects on a worker thread while the checksums and
-  headers are computed, ranged puts of [header, segment, ...] 16 pages at a time, publish); a key
+  headers are computed, ranged puts of [header, segment, ...] 8 pages each, up to 4 at once, publish); a key
   that exists is removed (``force``) and reserved again. Clients without put sessions remove the
   batch's keys, then ``batch_put_from_multi_buffers`` (Mooncake's ``put`` keeps an old value). See
   :mod:`hicache_storage_mooncake.sessions` and :mod:`hicache_storage_mooncake.zero_copy`;
