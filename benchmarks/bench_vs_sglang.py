@@ -349,6 +349,11 @@ def report(sides: list[Side], groups: list[str], pool: HostKVPool, args: argpars
             "sync_before_each_pass": True,
             "resident_pages": args.resident_pages,
             "resident_sides": [side.name for side in sides if side.resident],
+            "samples_ms": {  # per repetition, in order: the spread behind each median
+                side.name: {op: [round(t * 1e3, 2) for t in getattr(side, f"{op}_s")] for op in ("write", "read")}
+                for side in sides
+                if side.group == "file"
+            },
         }
     for side in sides:
         row = {"write_s": summary(side.write_s), "read_s": summary(side.read_s)}

@@ -71,7 +71,7 @@ class Footprint:
 
 def directories_fit(levels: int, max_bytes: int, block: int = _BLOCK_FALLBACK) -> bool:
     """Whether every directory of a ``levels`` fan-out, one block each, fits 1/128 of ``max_bytes``."""
-    directories = sum(256**level for level in range(1, levels + 1))
+    directories = sum(1 << (8 * level) for level in range(1, levels + 1))  # 256 per level
     return directories * block <= max_bytes * _DIRECTORY_SHARE
 
 
