@@ -14,8 +14,8 @@ its fan-out directories to a page file, so stores written before stay readable);
 one level (256 directories) when their blocks take at most 1/128 of ``max_bytes`` (from 128 MiB,
 and without a limit), else none. Never two by choice: with 65,536 directories most writes of a
 store's first few hundred thousand pages also create one or two directories, and a ``mkdir``
-(an inode and a block) costs more than half the write of a 512 KiB page file; the 256 directories
-of one level all exist after about 1,600 pages.
+(an inode and a block) costs about as much as writing a 512 KiB page file; the 256 directories of
+one level all exist after about 1,600 pages.
 """
 
 from __future__ import annotations
