@@ -1,4 +1,4 @@
-"""The conformance suite against the slab backend: default; single-threaded, fsync, O_DIRECT, 2-way; tiny."""
+"""The conformance suite against the slab backend: default; single-threaded, fsync, O_DIRECT; tiny."""
 
 from __future__ import annotations
 
@@ -14,31 +14,32 @@ from hicache_storage_slab.conformance import SlabHooks
 
 
 class TestSlabConformance(BackendConformance):
-    """The registered hooks: records through SlotStore; the outage points every slab descriptor at a directory."""
+    """The registered hooks: pages through SlotStore; the outage points every data file descriptor at a
+    directory and makes the index fail."""
 
     backend = "slab"
-    config: ClassVar[dict[str, Any]] = {"path": "{tmp}/slab", "capacity_bytes": 8 << 20}
+    config: ClassVar[dict[str, Any]] = {"path": "{tmp}/slab", "capacity_bytes": 16 << 20}
 
 
 class TestSlabConformanceDurable(BackendConformance):
-    """One I/O thread, ordered fsync per batch, O_DIRECT requested, two slots per set."""
+    """One I/O thread, payloads synced before the index commits, O_DIRECT requested, 64 KiB regions."""
 
     backend = "slab"
     config: ClassVar[dict[str, Any]] = {
         "path": "{tmp}/slab",
-        "capacity_bytes": 4 << 20,
+        "capacity_bytes": 8 << 20,
         "io_threads": 1,
         "fsync": True,
         "direct_io": True,
-        "ways": 2,
+        "region_bytes": 64 << 10,
     }
 
 
 class TestSlabConformanceTiny(BackendConformance):
-    """288 KiB, 64 ways: one set of 64 slots (fully associative), so the eviction tests see pages go."""
+    """The smallest store (2 MiB), so the eviction tests see pages go."""
 
     backend = "slab"
-    config: ClassVar[dict[str, Any]] = {"path": "{tmp}/slab", "capacity_bytes": 288 * 1024, "ways": 64}
+    config: ClassVar[dict[str, Any]] = {"path": "{tmp}/slab", "capacity_bytes": 2 << 20}
 
 
 def test_the_hooks_are_registered_under_the_backend_name() -> None:
