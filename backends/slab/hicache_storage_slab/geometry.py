@@ -38,7 +38,7 @@ SECTOR = 512
 #: Index bytes one stored page may take (its entry, replacement key and slot record, B-tree slack).
 ENTRY_COST = 512
 #: Index bytes kept for its databases' roots and the pages a transaction copies.
-INDEX_OVERHEAD = 256 << 10
+INDEX_OVERHEAD = 2 << 20
 #: Smallest index.
 MIN_INDEX_BYTES = INDEX_OVERHEAD + 64 * ENTRY_COST
 #: Disk kept for the index's lock file (its reader table) and the state file.
@@ -122,6 +122,7 @@ class StoreGeometry:
     regions: int
     file_bytes: int  # bytes of a full data file (a whole number of regions)
     files: int
+    max_pages: int  # most pages the index holds (more evict the least recently used)
 
     @classmethod
     def plan(
@@ -155,6 +156,7 @@ class StoreGeometry:
             regions=regions,
             file_bytes=per_file * region,
             files=math.ceil(regions / per_file),
+            max_pages=(index_bytes - INDEX_OVERHEAD) // ENTRY_COST,
         )
 
     @property
@@ -165,11 +167,6 @@ class StoreGeometry:
     def data_bytes(self) -> int:
         """Bytes of all regions together."""
         return self.regions * self.region_bytes
-
-    @property
-    def max_pages(self) -> int:
-        """Most pages the index holds (more evict the least recently used)."""
-        return (self.index_bytes - INDEX_OVERHEAD) // ENTRY_COST
 
     def file_size(self, index: int) -> int:
         """Size of data file ``index`` (the last one may hold fewer regions)."""
@@ -194,6 +191,9 @@ class StoreGeometry:
             geometry = cls(**{name: int(values[name]) for name in cls.__dataclass_fields__})
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"not a slab geometry: {error}") from None
-        if geometry.regions <= 0 or geometry.region_bytes <= 0 or geometry.file_bytes % geometry.region_bytes:
+        if (
+            min(geometry.regions, geometry.region_bytes, geometry.max_pages) <= 0
+            or geometry.file_bytes % geometry.region_bytes
+        ):
             raise ValueError("not a slab geometry: inconsistent sizes")
         return geometry

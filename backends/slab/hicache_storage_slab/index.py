@@ -236,6 +236,7 @@ class SlabIndex:
 
         def work(txn: WriteTxn) -> None:
             nonlocal taken_back
+            staged.clear()  # a transaction that ran out of room runs again from the start
             if sweep:
                 taken_back = txn.sweep_claims()
             group = txn.group_id(namespace)
@@ -261,6 +262,7 @@ class SlabIndex:
         results: list[bool] = []
 
         def work(txn: WriteTxn) -> None:
+            results.clear()  # a transaction that ran out of room runs again from the start
             db, raw_txn = self.db, txn.txn
             group = txn.group_id(namespace)
             for item in written:
@@ -313,6 +315,7 @@ class SlabIndex:
 
         def work(txn: WriteTxn) -> None:
             nonlocal removed
+            removed = 0
             for digest in digests:
                 raw = txn.txn.get(digest, db=self.db.pages)
                 if raw is not None:

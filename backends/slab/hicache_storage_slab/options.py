@@ -16,7 +16,7 @@ __all__ = ["MIN_CAPACITY", "PATH_ENV", "REMOVED_OPTIONS", "SlabOptions", "io_thr
 #: Environment variable used when ``extra_config.path`` is not given.
 PATH_ENV = "HICACHE_SLAB_PATH"
 #: Smallest store (``capacity_bytes``): a small index and a few regions of data.
-MIN_CAPACITY = 2 << 20
+MIN_CAPACITY = 8 << 20
 #: Options of the per-key-space layout that no longer exist, and what replaced them.
 REMOVED_OPTIONS = {
     "pool_capacity_bytes": "capacity_bytes is now the size of the whole store at path, shared by every pool "
@@ -49,7 +49,7 @@ class SlabOptions(IntegrityOptions):
 
     path: str | None = None
     capacity_bytes: int = 1 << 30
-    region_bytes: int = 4 << 20
+    region_bytes: int = 1 << 20
     index_bytes: int | None = None
     file_bytes: int = 64 << 30
     io_threads: int | None = None
@@ -67,17 +67,17 @@ class SlabOptions(IntegrityOptions):
             raise ConfigError("extra_config.path", "must be a non-empty directory path")
         if self.capacity_bytes < MIN_CAPACITY:
             raise ConfigError(
-                "extra_config.capacity_bytes", f"must be at least {MIN_CAPACITY} (2 MiB), got {self.capacity_bytes}"
+                "extra_config.capacity_bytes", f"must be at least {MIN_CAPACITY} (8 MiB), got {self.capacity_bytes}"
             )
         region = self.region_bytes
         if region < 64 << 10 or region > 1 << 30 or region & (region - 1):
             raise ConfigError(
                 "extra_config.region_bytes", f"must be a power of two from 65536 to 1073741824, got {region}"
             )
-        if self.index_bytes is not None and not 288 << 10 <= self.index_bytes <= self.capacity_bytes // 2:
+        if self.index_bytes is not None and not 2080 << 10 <= self.index_bytes <= self.capacity_bytes // 2:
             raise ConfigError(
                 "extra_config.index_bytes",
-                f"must be from 294912 to half of capacity_bytes, or null, got {self.index_bytes}",
+                f"must be from 2129920 to half of capacity_bytes, or null, got {self.index_bytes}",
             )
         if self.file_bytes < 1 << 20:
             raise ConfigError("extra_config.file_bytes", f"must be at least 1 MiB, got {self.file_bytes}")

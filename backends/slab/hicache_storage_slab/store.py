@@ -45,7 +45,7 @@ _Hasher = xxhash.xxh3_64
 #: Seconds between two sweeps of claims left by writers that died.
 SWEEP_INTERVAL_S = 10.0
 #: Most earlier pages of a chain a write makes recent.
-MAX_ANCESTOR_TOUCHES = 4096
+MAX_ANCESTOR_TOUCHES = 512
 
 Bump = Callable[..., None]
 
@@ -79,6 +79,7 @@ class Store:
         self._last_sweep = 0.0
         self._lock = threading.Lock()
         self._writing = 0
+        self._room_faults = opened.index.room_faults
         self._idle = threading.Condition(self._lock)
 
     @property
@@ -215,8 +216,9 @@ class Store:
         return self._codec is None or entry.auth == self._codec.header(key, page)
 
     def _ancestor_touches(self, ancestors: Sequence[str], now: int) -> list[Touch]:
-        """The stored earlier pages of the chain that become recent (each above the ones after it)."""
-        if not ancestors or self._touch_ns is None:
+        """The stored earlier pages of the chain (the nearest :data:`MAX_ANCESTOR_TOUCHES`) made recent,
+        each above the ones after it, so a chain's later pages are always replaced first."""
+        if not ancestors:
             return []
         chosen = list(ancestors)[-MAX_ANCESTOR_TOUCHES:]
         first = len(ancestors) - len(chosen)
@@ -224,7 +226,7 @@ class Store:
         touches = []
         for offset, (digest, entry) in enumerate(zip(digests, self.opened.index.lookup(digests), strict=True)):
             seq = now - (first + offset)
-            if entry is not None and seq - entry.seq >= self._touch_ns:
+            if entry is not None and entry.seq < seq:
                 touches.append(Touch(digest, entry.seq, seq))
         return touches
 
@@ -237,14 +239,23 @@ class Store:
             return True
 
     def _count(self, evicted: int, taken_back: int) -> None:
+        room_faults = self.opened.index.room_faults
+        if room_faults > self._room_faults:
+            self._bump("index_room_faults", room_faults - self._room_faults)
+            self._room_faults = room_faults
         if evicted:
             self._bump("evictions", evicted)
         if taken_back:
             self._bump("claims_taken_back", taken_back)
 
     # ------------------------------------------------------------ read
-    def read(self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]]) -> list[bool]:
-        """Fill each page with its stored bytes; ``False`` for a miss or a page failing its checks."""
+    def read(
+        self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]], ancestors: Sequence[str] = ()
+    ) -> list[bool]:
+        """Fill each page with its stored bytes; ``False`` for a miss or a page failing its checks.
+
+        Pages read become recent (see the module docstring), and so do ``ancestors`` (the pages before
+        them in their chain) when given."""
         index = self.opened.index
         raw_keys = [key.encode() for key in keys]
         digests = [key_digest(raw) for raw in raw_keys]
@@ -264,15 +275,17 @@ class Store:
                 failed.append(position)
         if failed:
             self._classify_failures([digests[i] for i in failed], [entries[i] for i in failed])
+        now = time.time_ns()
+        touches = self._ancestor_touches(ancestors, now) if any(results) else []
         if self._touch_ns is not None:
-            now = time.time_ns()
-            touches = []
+            first = len(ancestors)
             for position in positions:
                 entry = entries[position]
-                if results[position] and entry is not None and now - position - entry.seq >= self._touch_ns:
-                    touches.append(Touch(digests[position], entry.seq, now - position))
-            if touches:
-                index.touch(touches)
+                seq = now - first - position
+                if results[position] and entry is not None and seq - entry.seq >= self._touch_ns:
+                    touches.append(Touch(digests[position], entry.seq, seq))
+        if touches:
+            index.touch(touches)
         return results
 
     def _read_page(self, entry: Entry, key: bytes, digest: bytes, page: Sequence[memoryview]) -> bool:
