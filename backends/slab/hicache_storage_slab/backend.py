@@ -37,7 +37,7 @@ from hicache_storage.plugin.page_format import record_codec
 
 from .options import SlabOptions, io_thread_count, resolve_root
 from .raw_baseline import RawSlab
-from .store import MAX_ANCESTOR_TOUCHES, Store, WriteSettings
+from .store import Store, WriteSettings
 from .store_files import (
     DataFile,
     LegacyLayoutError,
@@ -180,11 +180,12 @@ class SlabBackend(Backend[SlabOptions]):
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         store = self.store(context.page_bytes)
         assert store is not None
-        return store.write(keys, pages, context.page_bytes, _ancestors(context))
+        parent = context.parent_storage_key() if context.record_bytes is None else None
+        return store.write(keys, pages, context.page_bytes, parent)
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         store = self.store(create=False)
-        return [False] * len(keys) if store is None else store.read(keys, pages, _ancestors(context))
+        return [False] * len(keys) if store is None else store.read(keys, pages)
 
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
         store = self.store(create=False)
@@ -225,10 +226,3 @@ class SlabBackend(Backend[SlabOptions]):
             close_store(store.opened, durable=self._options.fsync)
         except OSError as error:
             self._counters.note(f"could not close the slab store in {self._root!r}: {error}")
-
-
-def _ancestors(context: BatchContext) -> Sequence[str]:
-    """Storage keys of the pages before the call's in their chain, when the caller named them."""
-    if not context.prefix_keys or context.record_bytes is not None:
-        return ()
-    return [context.keyspace.storage_key(bare) for bare in context.prefix_keys[-MAX_ANCESTOR_TOUCHES:]]

@@ -28,6 +28,7 @@ __all__ = [
     "MIN_INDEX_BYTES",
     "ChunkPlan",
     "StoreGeometry",
+    "capacity_for",
     "chunk_plan",
 ]
 
@@ -197,3 +198,30 @@ class StoreGeometry:
         ):
             raise ValueError("not a slab geometry: inconsistent sizes")
         return geometry
+
+
+def capacity_for(pages: int, page_bytes: int, *, region_bytes: int = 1 << 20, file_bytes: int = 64 << 30) -> int:
+    """The smallest ``capacity_bytes`` (a multiple of 1 MiB, at least 8 MiB) whose store holds ``pages``
+    pages of ``page_bytes`` (one page size, its index sized for it)."""
+    plan = chunk_plan(page_bytes, region_bytes)
+
+    def holds(capacity: int) -> bool:
+        try:
+            geometry = StoreGeometry.plan(
+                capacity, region_bytes=region_bytes, file_bytes=file_bytes, index_bytes=None, page_bytes=page_bytes
+            )
+        except ConfigError:
+            return False
+        slots = geometry.regions * (geometry.region_bytes // geometry.chunk_plan(page_bytes).chunk_bytes)
+        return slots // plan.chunks >= pages and geometry.max_pages >= pages
+
+    low, high = 8, max(8, -(-pages * plan.stored_bytes * 2 // (1 << 20)) + 8)
+    while not holds(high << 20):
+        high *= 2
+    while low < high:
+        middle = (low + high) // 2
+        if holds(middle << 20):
+            high = middle
+        else:
+            low = middle + 1
+    return high << 20

@@ -15,8 +15,9 @@ reads as a miss (``read_races``); a damaged page, as a miss counted as ``integri
 
 Replacement order: ``seq`` is the time of a page's write or of a read that made it recent (one not
 made recent for ``read_recency_s``), lowered by the page's position in its batch, so the later pages
-of a chain are older than the earlier ones and go first. A write that names the pages before it in
-its chain (``prefix_keys``) makes those recent too, above the new pages.
+of a chain are older than the earlier ones and go first. A write that names the page its first page
+continues (the last of ``prefix_keys``) places its pages just below that page when it is stored: a
+continuation is never more recent than what it continues.
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ __all__ = ["Store", "WriteSettings"]
 _Hasher = xxhash.xxh3_64
 #: Seconds between two sweeps of claims left by writers that died.
 SWEEP_INTERVAL_S = 10.0
-#: Most earlier pages of a chain a write makes recent.
-MAX_ANCESTOR_TOUCHES = 512
 
 Bump = Callable[..., None]
 
@@ -99,14 +98,15 @@ class Store:
 
     # ------------------------------------------------------------ write
     def write(
-        self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]], page_bytes: int, ancestors: Sequence[str] = ()
+        self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]], page_bytes: int, parent: str | None = None
     ) -> list[bool]:
         """Store each page under its key; ``True`` once it is readable. Pages of another size than
-        ``page_bytes`` are refused (``False``)."""
+        ``page_bytes`` are refused (``False``). ``parent``: the storage key of the page the batch's
+        first page continues, when the caller named it."""
         with self._lock:
             self._writing += 1
         try:
-            return self._write(keys, pages, page_bytes, ancestors)
+            return self._write(keys, pages, page_bytes, parent)
         finally:
             with self._lock:
                 self._writing -= 1
@@ -119,16 +119,17 @@ class Store:
             return self._idle.wait_for(lambda: not self._writing, timeout_s)
 
     def _write(
-        self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]], page_bytes: int, ancestors: Sequence[str]
+        self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]], page_bytes: int, parent: str | None
     ) -> list[bool]:
         index = self.opened.index
         plan = self.plan(page_bytes)
         raw_keys = [key.encode() for key in keys]
         digests = [key_digest(raw) for raw in raw_keys]
         now = time.time_ns()
-        seqs = [now - position for position in range(len(ancestors), len(ancestors) + len(keys))]
+        base = self._below_parent(parent, now)
+        seqs = [base - position for position in range(len(keys))]
         results = [False] * len(keys)
-        touches = self._ancestor_touches(ancestors, now)
+        touches: list[Touch] = []
         pending: list[int] = []
         for position, (digest, entry) in enumerate(zip(digests, index.lookup(digests), strict=True)):
             page = pages[position]
@@ -215,20 +216,13 @@ class Store:
             return False
         return self._codec is None or entry.auth == self._codec.header(key, page)
 
-    def _ancestor_touches(self, ancestors: Sequence[str], now: int) -> list[Touch]:
-        """The stored earlier pages of the chain (the nearest :data:`MAX_ANCESTOR_TOUCHES`) made recent,
-        each above the ones after it, so a chain's later pages are always replaced first."""
-        if not ancestors:
-            return []
-        chosen = list(ancestors)[-MAX_ANCESTOR_TOUCHES:]
-        first = len(ancestors) - len(chosen)
-        digests = [key_digest(key.encode()) for key in chosen]
-        touches = []
-        for offset, (digest, entry) in enumerate(zip(digests, self.opened.index.lookup(digests), strict=True)):
-            seq = now - (first + offset)
-            if entry is not None and entry.seq < seq:
-                touches.append(Touch(digest, entry.seq, seq))
-        return touches
+    def _below_parent(self, parent: str | None, now: int) -> int:
+        """The ``seq`` of a written batch's first page: ``now``, or just below its parent's when the
+        parent is stored (a page written never becomes more recent than the page it continues)."""
+        if parent is None:
+            return now
+        entry = self.opened.index.lookup([key_digest(parent.encode())])[0]
+        return now if entry is None else min(now, entry.seq - 1)
 
     def _sweep_due(self) -> bool:
         now = time.monotonic()
@@ -249,13 +243,9 @@ class Store:
             self._bump("claims_taken_back", taken_back)
 
     # ------------------------------------------------------------ read
-    def read(
-        self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]], ancestors: Sequence[str] = ()
-    ) -> list[bool]:
+    def read(self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]]) -> list[bool]:
         """Fill each page with its stored bytes; ``False`` for a miss or a page failing its checks.
-
-        Pages read become recent (see the module docstring), and so do ``ancestors`` (the pages before
-        them in their chain) when given."""
+        Pages read become recent (see the module docstring)."""
         index = self.opened.index
         raw_keys = [key.encode() for key in keys]
         digests = [key_digest(raw) for raw in raw_keys]
@@ -276,12 +266,11 @@ class Store:
         if failed:
             self._classify_failures([digests[i] for i in failed], [entries[i] for i in failed])
         now = time.time_ns()
-        touches = self._ancestor_touches(ancestors, now) if any(results) else []
+        touches: list[Touch] = []
         if self._touch_ns is not None:
-            first = len(ancestors)
             for position in positions:
                 entry = entries[position]
-                seq = now - first - position
+                seq = now - position
                 if results[position] and entry is not None and seq - entry.seq >= self._touch_ns:
                     touches.append(Touch(digests[position], entry.seq, seq))
         if touches:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,17 +53,40 @@ def test_the_hooks_are_registered_under_the_backend_name() -> None:
 CLI = "import sys; from hicache_storage.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
-def test_the_suite_from_the_command_line_leaves_nothing_below_the_path(tmp_path: Path) -> None:
-    """``hicache-storage conformance slab`` on a bare path: every test passes and no slab file is left."""
+def _allocated(root: Path) -> int:
+    """Bytes of disk the files below ``root`` take (allocated blocks)."""
+    total = 0
+    for path in root.rglob("*"):
+        try:
+            total += path.lstat().st_blocks * 512
+        except FileNotFoundError:
+            continue
+    return total
+
+
+def test_the_suite_from_the_command_line_stays_within_capacity_and_leaves_nothing(tmp_path: Path) -> None:
+    """``hicache-storage conformance slab --config '{"path": DIR}'`` (the default capacity, 1 GiB): every
+    test passes, the disk below ``DIR`` (sampled every 20 ms) never exceeds the capacity, and nothing
+    is left once it ends."""
     root = tmp_path / "slab"
-    config = json.dumps({"path": str(root), "capacity_bytes": 8 << 20})
-    done = subprocess.run(
+    config = json.dumps({"path": str(root)})
+    runner = subprocess.Popen(
         [sys.executable, "-c", CLI, "conformance", "slab", "--config", config],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
-        check=False,
     )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert " 0 failed" in done.stdout
+    peak = 0
+    try:
+        while runner.poll() is None:
+            if root.exists():
+                peak = max(peak, _allocated(root))
+            time.sleep(0.02)
+        out, err = runner.communicate(timeout=600)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 0, (out + err)[-3000:]
+    assert " 0 failed" in out
+    assert 0 < peak <= 1 << 30, f"disk below the path peaked at {peak} bytes (capacity 1 GiB)"
     assert sorted(p.name for p in root.iterdir()) == []
