@@ -9,7 +9,7 @@ Every side replays the same first requests of a Mooncake-format conversation tra
 - ``slab``: the ``slab`` backend with ``capacity_bytes`` at the budget (the whole store: index, lock
   files and data, so it holds fewer pages than the oracle);
 - ``file+keys`` / ``slab+keys``: the same with every storage call naming the earlier pages of the
-  chain (``extra_info.prefix_keys``, what SGLang sends with ``--hicache-storage-pass-prefix-keys``).
+  chain (``extra_info.prefix_keys``, what SGLang sends with ``hicache_storage_pass_prefix_keys`` set in its storage extra config).
 
 Reported per page size and budget: the share of input tokens loaded from storage per side, the ratio
 slab / oracle and slab / file, and over all budgets of a page size the ratio of the summed hits. Hit

@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pass-prefix-keys",
         action="store_true",
         help="name the earlier pages of the chain in every storage call of cache mode (extra_info.prefix_keys), as "
-        "SGLang does with --hicache-storage-pass-prefix-keys",
+        "SGLang does with hicache_storage_pass_prefix_keys set in its storage extra config",
     )
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--plot", help="write PNG plots to this directory")

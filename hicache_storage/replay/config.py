@@ -61,7 +61,7 @@ class EngineConfig:
     prefill_tokens_per_s: float = 20_000.0
     model: ModelPreset | None = None  # a model geometry; its KV gets ``shape``'s bytes per token
     #: Name the earlier pages of the chain in each storage call (``extra_info.prefix_keys``), as SGLang
-    #: does with ``--hicache-storage-pass-prefix-keys`` (cache mode, KV pages).
+    #: does with ``hicache_storage_pass_prefix_keys`` set in its storage extra config (cache mode, KV pages).
     pass_prefix_keys: bool = False
 
     def __post_init__(self) -> None:

@@ -53,7 +53,7 @@ class StorageIO:
 
     With ``pass_prefix_keys`` every call names the pages before its first one in their chain
     (``extra_info.prefix_keys``: the ``prefix`` a method is given, then the earlier batches), as
-    SGLang does with ``--hicache-storage-pass-prefix-keys``.
+    SGLang does with ``hicache_storage_pass_prefix_keys`` set in its storage extra config.
     """
 
     def __init__(self, backend: HiCacheStorage, pool: Any, *, pass_prefix_keys: bool = False) -> None:
