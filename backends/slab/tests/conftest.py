@@ -1,8 +1,32 @@
-"""Makes ``slab_support`` importable for the slab backend's tests."""
+"""Makes ``slab_support`` importable for the slab backend's tests; the fixtures they share."""
 
 from __future__ import annotations
 
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+from hicache_storage_slab import index as index_module  # noqa: E402
+from hicache_storage_slab import store as store_module  # noqa: E402
+from slab_support import Clock  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _remove_what_the_test_left(tmp_path: Path) -> Iterator[None]:
+    """Stores are preallocated: whatever a test leaves below its ``tmp_path`` is removed after it."""
+    yield
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """A :class:`~slab_support.Clock` in place of ``time`` in the store and index modules."""
+    fake = Clock()
+    for module in (store_module, index_module):
+        monkeypatch.setattr(module, "time", fake)
+    return fake
