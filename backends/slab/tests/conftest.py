@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from hicache_storage_slab import index as index_module  # noqa: E402
 from hicache_storage_slab import store as store_module  # noqa: E402
-from slab_support import Clock  # noqa: E402
+from hicache_storage_slab.index import SlabIndex, open_index  # noqa: E402
+from slab_support import Clock, small_geometry  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -30,3 +31,12 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     for module in (store_module, index_module):
         monkeypatch.setattr(module, "time", fake)
     return fake
+
+
+@pytest.fixture
+def small_index(tmp_path: Path) -> Iterator[SlabIndex]:
+    """An index on its own (no data files): 4 regions of 64 KiB, every region spare."""
+    index = open_index(str(tmp_path / "slab.index"), small_geometry())
+    index.reset(b"s" * 16)
+    yield index
+    index.close()

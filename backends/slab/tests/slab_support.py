@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from hicache_storage_slab import SlabBackend
-from hicache_storage_slab.records import key_digest
+from hicache_storage_slab.allocator import WriteTxn
+from hicache_storage_slab.geometry import ENTRY_COST, INDEX_OVERHEAD, MIN_INDEX_BYTES, StoreGeometry
+from hicache_storage_slab.index import SlabIndex, Written
+from hicache_storage_slab.records import Entry, Region, key_digest
 from hicache_storage_slab.store import Store
 
 from hicache_storage import HiCacheStorage, HostKVPool, KeySpace
@@ -153,24 +158,72 @@ def call_cli(*args: str, timeout: float = 120) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-__all__ = [
-    "MIB",
-    "STORE_FILES",
-    "AlignedPages",
-    "Clock",
-    "big_pool",
-    "call_cli",
-    "chain",
-    "context",
-    "disk_bytes",
-    "entry_of",
-    "indices",
-    "make_backend",
-    "make_pool",
-    "names",
-    "page_bytes",
-    "page_space",
-    "slab_backend",
-    "storage_keys",
-    "the_store",
-]
+
+
+# ----------------------------------------------------------------------------- an index on its own
+REGION = 64 << 10
+
+
+def small_geometry(regions: int = 4, region_bytes: int = REGION) -> StoreGeometry:
+    """A store of ``regions`` regions and the smallest index (64 pages at most)."""
+    return StoreGeometry(
+        capacity_bytes=8 * MIB,
+        index_bytes=MIN_INDEX_BYTES,
+        region_bytes=region_bytes,
+        regions=regions,
+        file_bytes=regions * region_bytes,
+        files=1,
+        max_pages=(MIN_INDEX_BYTES - INDEX_OVERHEAD) // ENTRY_COST,
+    )
+
+
+@contextlib.contextmanager
+def write_txn(index: SlabIndex, now: int | None = None) -> Iterator[WriteTxn]:
+    """One write transaction of ``index`` (at ``now``), its cached records flushed before it commits."""
+    with index.env.begin(write=True) as raw:
+        txn = WriteTxn(raw, index.db, index.geometry, time.time_ns() if now is None else now)
+        yield txn
+        txn.flush()
+
+
+def count(index: SlabIndex, database: str) -> int:
+    """Records in one of the index's databases."""
+    with index.env.begin() as txn:
+        return int(txn.stat(getattr(index.db, database))["entries"])
+
+
+def region_of(index: SlabIndex, region: int) -> Region | None:
+    with index.env.begin(db=index.db.regions) as txn:
+        raw = txn.get(region.to_bytes(4, "big"))
+    return Region.decode(raw) if raw is not None else None
+
+
+def spare_regions(index: SlabIndex) -> list[int]:
+    with index.env.begin(db=index.db.spare) as txn:
+        return [int.from_bytes(key, "big") for key in txn.cursor().iternext(keys=True, values=False)]
+
+
+def put_page(
+    index: SlabIndex,
+    name: str,
+    chunk: int,
+    *,
+    age_s: float,
+    chunks: int = 1,
+    tier: int = 0,
+    namespace: str = "",
+    quota: int | None = None,
+) -> tuple[bool, int]:
+    """Stage and commit a page of ``chunks`` chunks made recent ``age_s`` seconds ago; (stored, evicted)."""
+    digest = key_digest(name.encode())
+    (staged,), outcome = index.stage([(digest, chunk, chunks)], namespace, quota=quota, sweep=False)
+    if staged is None:
+        return False, outcome.evicted
+    seq = time.time_ns() - int(age_s * 1e9)
+    entry = Entry(tier, 0, chunk, chunk * chunks, seq, 0, 0, tuple(staged.refs), b"", name.encode())
+    committed = index.commit([Written(staged, entry)], namespace)
+    return committed.results == [True], outcome.evicted + committed.evicted
+
+
+def stored(index: SlabIndex, names: list[str]) -> list[bool]:
+    return index.contains([key_digest(name.encode()) for name in names])
