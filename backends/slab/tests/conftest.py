@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,3 +41,12 @@ def small_index(tmp_path: Path) -> Iterator[SlabIndex]:
     index.reset(b"s" * 16)
     yield index
     index.close()
+
+
+@pytest.fixture
+def disk_dir() -> Iterator[Path]:
+    """A directory on a disk file system (``/var/tmp``: ``/tmp`` may be a tmpfs, which refuses
+    ``O_DIRECT``), removed after the test."""
+    path = Path(tempfile.mkdtemp(prefix="slab-test-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -125,11 +125,6 @@ class AlignedPages:
     def data(self, page: int) -> bytes:
         return b"".join(bytes(s) for s in self.pages[page])
 
-    def close(self) -> None:
-        self.pages = []
-        self.view.release()
-        self.memory.close()
-
 
 class Clock:
     """A wall clock for the store and the index that moves only when told (and 1 µs per reading, so
