@@ -12,10 +12,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hicache_storage_slab import index as index_module  # noqa: E402
-from hicache_storage_slab import store as store_module  # noqa: E402
-from hicache_storage_slab.index import SlabIndex, open_index  # noqa: E402
-from slab_support import Clock, small_geometry  # noqa: E402
+from hicache_storage_slab import index as index_module
+from hicache_storage_slab import store as store_module
+from hicache_storage_slab.index import SlabIndex, open_index
+from slab_support import Clock, small_geometry
 
 
 @pytest.fixture(autouse=True)

@@ -71,7 +71,13 @@ def storage_keys(storage: HiCacheStorage, keys: list[str]) -> list[str]:
 def page_space(page_bytes: int, pool: str = "big", model: str = "m") -> tuple[KeySpace, BatchContext]:
     """A key space of ``page_bytes`` uint8 pages (one token each) and a context for the primitives."""
     space = KeySpace(
-        model_name=model, dtype="uint8", layout="page_first", page_size=1, page_bytes=page_bytes, is_mla=False, pool=pool
+        model_name=model,
+        dtype="uint8",
+        layout="page_first",
+        page_size=1,
+        page_bytes=page_bytes,
+        is_mla=False,
+        pool=pool,
     )
     return space, BatchContext(pool=pool, keyspace=space)
 
@@ -151,8 +157,6 @@ def call_cli(*args: str, timeout: float = 120) -> tuple[int, str, str]:
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, check=False
     )
     return done.returncode, done.stdout, done.stderr
-
-
 
 
 # ----------------------------------------------------------------------------- an index on its own

@@ -142,13 +142,13 @@ def writer(spec: dict[str, Any]) -> None:
 def _stop_halfway() -> None:
     """From now on a write puts half its payload in its slot, says ``mid`` and waits to be killed."""
 
-    def half(self: Any, file: Any, views: list[memoryview], offset: int, length: int, hasher: Any) -> None:
+    def half(self: Any, file: Any, views: list[memoryview], offset: int, *_rest: Any) -> None:
         first = views[0].cast("B") if views[0].format != "B" else views[0]
         os.pwrite(file.fd, first[: first.nbytes // 2], offset)
         print("mid", flush=True)
         time.sleep(120)
 
-    store.Store._write_chunk = half  # type: ignore[method-assign]
+    store.Store._write_chunk = half  # type: ignore[method-assign, assignment]
 
 
 MODES = {"hammer": hammer, "writer": writer}

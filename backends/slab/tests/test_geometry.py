@@ -86,7 +86,7 @@ def test_every_slot_has_its_own_place_in_the_files() -> None:
     places = {geometry.locate(region, slot, chunk) for region in range(geometry.regions) for slot in range(4)}
     assert len(places) == geometry.regions * 4
     for index, offset in places:
-        assert 0 <= offset and offset + chunk <= geometry.file_size(index)
+        assert offset >= 0 and offset + chunk <= geometry.file_size(index)
     assert geometry.locate(4, 1, chunk) == (1, MIB + chunk)
 
 

@@ -145,9 +145,7 @@ KILL_OPTIONS: dict[str, Any] = {"capacity_bytes": 16 * MIB, "io_threads": 1}
 RANDOM_KILLS, MID_WRITE_KILLS = 2, 2
 
 
-def test_a_writer_killed_mid_write_never_leaves_a_readable_wrong_page(
-    tmp_path: Path, fork_server: ForkServer
-) -> None:
+def test_a_writer_killed_mid_write_never_leaves_a_readable_wrong_page(tmp_path: Path, fork_server: ForkServer) -> None:
     keys = kit.random_keys(16)
     pool = make_pool(layers=8)  # 256 KiB pages
     root = str(tmp_path / "store")
@@ -169,8 +167,8 @@ def test_a_writer_killed_mid_write_never_leaves_a_readable_wrong_page(
         kill(pid)
         for line in lines_of(out):
             if line != "mid":
-                index, version = map(int, line.split())
-                acked[index] = max(acked.get(index, 0), version)
+                number, version = map(int, line.split())
+                acked[number] = max(acked.get(number, 0), version)
         reader = open_backend(root, pool, KILL_OPTIONS)  # another process's view: what the writer left
         index = the_store(reader).opened.index
         claims_left.append(index.claim_count())

@@ -52,7 +52,7 @@ def test_only_block_aligned_memory_and_lengths_go_direct() -> None:
     block = mmap.mmap(-1, 4 * DIRECT_ALIGN)
     view = memoryview(block)
     assert direct_aligned([view[:DIRECT_ALIGN], view[DIRECT_ALIGN:]])
-    assert not direct_aligned([view[:DIRECT_ALIGN - 512]])  # a length that is not whole blocks
+    assert not direct_aligned([view[: DIRECT_ALIGN - 512]])  # a length that is not whole blocks
     assert not direct_aligned([view[512 : 512 + DIRECT_ALIGN]])  # an address that is not on a block
     assert not direct_aligned([memoryview(b"x" * DIRECT_ALIGN)])  # read-only memory: no address to check
     del view

@@ -32,5 +32,5 @@ def test_the_slots_of_a_key_read_written_and_removed(tmp_path: Path) -> None:
     with pytest.raises(KeyError):
         del slots[second]
     with pytest.raises(KeyError):
-        slots[second]  # noqa: B018
+        slots[second]
     storage.close()

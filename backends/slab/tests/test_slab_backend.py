@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hicache_storage_slab import SlabBackend
+from hicache_storage_slab import SlabBackend, store_files
 from hicache_storage_slab import backend as backend_module
 from hicache_storage_slab.store import Store
 from slab_support import (
@@ -105,7 +105,6 @@ def test_a_store_that_cannot_be_opened_fails_fast_then_is_tried_again(
     def broken(*_args: Any, **_kwargs: Any) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    real = backend_module.open_store
     monkeypatch.setattr(backend_module, "open_store", broken)
     storage = unregistered(tmp_path)
     backend = slab_backend(storage)
@@ -121,7 +120,7 @@ def test_a_store_that_cannot_be_opened_fails_fast_then_is_tried_again(
     with pytest.raises(ConfigError) as caught:
         storage.register_mem_pool_host(make_pool())
     assert caught.value.option == "extra_config.path"
-    monkeypatch.setattr(backend_module, "open_store", real)
+    monkeypatch.setattr(backend_module, "open_store", store_files.open_store)
     monkeypatch.setattr(backend_module, "RETRY_OPEN_S", 0.0)
     backend._failure = None  # the back-off is over
     assert backend.write_pages([key], [page], ctx) == [True]

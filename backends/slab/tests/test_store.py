@@ -230,9 +230,7 @@ def test_direct_io_falls_back_where_the_platform_has_none(tmp_path: Path, monkey
     storage.close()
 
 
-def test_direct_io_refused_by_the_kernel_falls_back_per_chunk(
-    disk_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_direct_io_refused_by_the_kernel_falls_back_per_chunk(disk_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     storage = make_backend(disk_dir, direct_io=True)
     backend = slab_backend(storage)
     if storage.stats.get("direct_io_unsupported"):

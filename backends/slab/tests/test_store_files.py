@@ -256,9 +256,7 @@ def test_a_store_holding_pages_is_kept_and_marked_clean(tmp_path: Path) -> None:
     assert names(tmp_path) == []
 
 
-@pytest.mark.parametrize(
-    ("clean", "fsync", "kept"), [(False, False, False), (True, False, True), (False, True, True)]
-)
+@pytest.mark.parametrize(("clean", "fsync", "kept"), [(False, False, False), (True, False, True), (False, True, True)])
 def test_a_host_restart_resets_an_index_not_closed_cleanly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean: bool, fsync: bool, kept: bool
 ) -> None:
