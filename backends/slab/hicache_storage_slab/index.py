@@ -294,7 +294,12 @@ class SlabIndex:
         return outcome
 
     def drop_own_claims(self) -> int:
-        """Give back the slots this instance claimed and did not commit (when it closes); how many."""
+        """Give back the slots this instance claimed and did not commit (when its last user closes it);
+        how many. Nothing while other users of this process hold it: their writes share its claims."""
+        with _OPEN_LOCK:
+            found = _OPEN.get(self._identity)
+            if found is not None and found[0] is self and found[1] > 1:
+                return 0
         base = self._writer_base >> 32
         dropped = 0
 

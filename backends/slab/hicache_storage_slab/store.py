@@ -252,7 +252,7 @@ class Store:
         entries = index.lookup(digests)
         positions = [i for i, entry in enumerate(entries) if entry is not None]
 
-        def load(position: int, entry: Entry | None) -> bool:
+        def load(position: int, entry: Entry | None) -> bool | None:
             assert entry is not None
             return self._read_page(entry, raw_keys[position], digests[position], pages[position])
 
@@ -261,7 +261,7 @@ class Store:
         failed: list[int] = []
         for position, ok in zip(positions, loaded, strict=True):
             results[position] = bool(ok)
-            if not ok:
+            if ok is False:
                 failed.append(position)
         if failed:
             self._classify_failures([digests[i] for i in failed], [entries[i] for i in failed])
@@ -277,13 +277,15 @@ class Store:
             index.touch(touches)
         return results
 
-    def _read_page(self, entry: Entry, key: bytes, digest: bytes, page: Sequence[memoryview]) -> bool:
+    def _read_page(self, entry: Entry, key: bytes, digest: bytes, page: Sequence[memoryview]) -> bool | None:
+        """Whether the page's bytes passed their checks; ``None`` (a plain miss) when the entry is not of
+        this key or of this page size."""
         length = sum(segment.nbytes for segment in page)
         if entry.length != length or entry.key != key:
-            return False
+            return None
         plan = self.plan(length)
         if plan.chunk_bytes != entry.chunk_bytes or plan.chunks != len(entry.refs):
-            return False
+            return None
         hasher = _Hasher(seed=checksum_seed(digest))
         for (offset, size), ref in zip(plan.bounds(), entry.refs, strict=True):
             file, where = self._where(ref, entry.chunk_bytes)
@@ -313,13 +315,18 @@ class Store:
         return self._codec.tag_ok(parsed, key, page)
 
     def _classify_failures(self, digests: list[bytes], seen: list[Entry | None]) -> None:
-        """A page that failed its checks: a race when the index has changed it since, else damage."""
+        """A page that failed its checks: a race when the index has changed it since, else damage.
+
+        A damaged page's entry is removed, so that writing the page again stores it anew (a write of
+        the bytes an entry records is otherwise taken as already stored)."""
         now = self.opened.index.lookup(digests)
-        races = sum(1 for before, after in zip(seen, now, strict=True) if before != after)
+        damaged = [digest for digest, before, after in zip(digests, seen, now, strict=True) if before == after]
+        races = len(digests) - len(damaged)
         if races:
             self._bump("read_races", races)
-        if len(digests) - races:
-            self._bump("integrity_failures", len(digests) - races)
+        if damaged:
+            self._bump("integrity_failures", len(damaged))
+            self.opened.index.delete(damaged)
 
     # ------------------------------------------------------------ other calls
     def exists(self, keys: Sequence[str]) -> list[bool]:

@@ -308,7 +308,7 @@ def _create(root: str, settings: StoreSettings, bump: Bump) -> tuple[StoreGeomet
         }
         _write_state(root, state, durable=settings.durable)
     except BaseException:
-        _remove_files(root)
+        _remove_files(root, keep_lock=False)  # nothing of the failed creation is left, the lock file included
         raise
     return geometry, state
 

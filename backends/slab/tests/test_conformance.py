@@ -37,10 +37,10 @@ class TestSlabConformanceDurable(BackendConformance):
 
 
 class TestSlabConformanceTiny(BackendConformance):
-    """The smallest store (2 MiB), so the eviction tests see pages go."""
+    """The smallest store (8 MiB: an index of 64 pages), so the eviction tests see pages go."""
 
     backend = "slab"
-    config: ClassVar[dict[str, Any]] = {"path": "{tmp}/slab", "capacity_bytes": 2 << 20}
+    config: ClassVar[dict[str, Any]] = {"path": "{tmp}/slab", "capacity_bytes": 8 << 20}
 
 
 def test_the_hooks_are_registered_under_the_backend_name() -> None:
