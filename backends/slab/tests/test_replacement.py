@@ -85,30 +85,37 @@ def test_a_read_makes_a_page_recent_when_it_was_not_for_read_recency_s(
     storage.close()
 
 
-def test_a_write_makes_the_earlier_pages_of_its_chain_recent_above_it(tmp_path: Path, clock: Clock) -> None:
+@pytest.mark.parametrize("named", [True, False])
+def test_a_continuation_is_never_more_recent_than_the_page_it_continues(
+    tmp_path: Path, clock: Clock, named: bool
+) -> None:
+    """With the parent named (``prefix_keys``), a batch that continues a chain is placed just below the
+    page it continues: it goes before it, and before every later page. Unnamed, the continuation is
+    the newest page and the chain's own pages go first (tails first), leaving it unreachable."""
     storage = open_storage(tmp_path)
-    head, fillers = kit.random_keys(3), kit.random_keys(SLOTS - 3)
+    head, fillers, newer = kit.random_keys(3), kit.random_keys(SLOTS - 3), kit.random_keys(3)
     write(storage, head[:2])
     write_each(storage, fillers)
-    write(storage, head[2:], chain(head[:2]))  # the chain's third page; its first two made recent
-    newer = kit.random_keys(len(fillers) + 3)
-    write_each(storage, newer[: len(fillers)])
-    assert storage.batch_exists_each(head) == [True] * 3 and not any(storage.batch_exists_each(fillers))
-    for number in range(1, 4):
-        write(storage, [newer[len(fillers) + number - 1]])
-        assert storage.batch_exists_each(head) == [True] * (3 - number) + [False] * number  # the tail first
+    write(storage, head[2:], chain(head[:2]) if named else None)
+    if named:  # evicted: the continuation, then the page it continues, then the first
+        expected = [[True, True, False], [True, False, False], [False, False, False]]
+    else:  # evicted: the chain's second page, then its first; the continuation stays, unreachable
+        expected = [[True, False, True], [False, False, True], [False, False, True]]
+    for key, present in zip(newer, expected, strict=True):
+        write(storage, [key])
+        assert storage.batch_exists_each(head) == present
     storage.close()
 
 
-def test_a_read_makes_the_earlier_pages_of_its_chain_recent(tmp_path: Path, clock: Clock) -> None:
-    storage = open_storage(tmp_path, read_recency_s=None)  # the read page itself does not become recent
-    keys = kit.random_keys(SLOTS + 2)
+def test_a_read_makes_only_the_pages_it_reads_recent(tmp_path: Path, clock: Clock) -> None:
+    """The chain a read names is not made recent: only the pages read are (the earlier pages were
+    served from a faster tier, or read in an earlier call that made them recent then)."""
+    storage = open_storage(tmp_path)
+    keys = kit.random_keys(SLOTS + 1)
     write_each(storage, keys[:SLOTS])
     assert storage.batch_get_v1(keys[1:2], indices(4, 1), chain(keys[:1])) == [True]
-    write(storage, keys[SLOTS : SLOTS + 1])
-    assert storage.batch_exists_each(keys[:3]) == [True, False, True]  # the page read went, not its ancestor
-    write(storage, keys[SLOTS + 1 :])
-    assert storage.batch_exists_each(keys[:3]) == [True, False, False]
+    write(storage, keys[SLOTS:])
+    assert storage.batch_exists_each(keys[:3]) == [False, True, True]  # the read page stayed, not its parent
     storage.close()
 
 
