@@ -7,7 +7,9 @@ Every side replays the same first requests of a Mooncake-format conversation tra
   cache of payload bytes (a read makes a page recent; metadata costs nothing);
 - ``file``: the ``file`` backend with ``max_bytes`` at the budget (its chain-aware eviction);
 - ``slab``: the ``slab`` backend with ``capacity_bytes`` at the budget (the whole store: index, lock
-  files and data, so it holds fewer pages than the oracle);
+  files and data, so it holds fewer pages than the oracle) and ``read_recency_s`` 0 (every read hit
+  makes its page recent, as in the oracle: the replay runs the trace's hours in seconds of wall time,
+  so the default gate of one second would cover hundreds of requests);
 - ``file+keys`` / ``slab+keys``: the same with every storage call naming the earlier pages of the
   chain (``extra_info.prefix_keys``, what SGLang sends with ``hicache_storage_pass_prefix_keys`` set in its storage extra config).
 
@@ -61,7 +63,7 @@ def side_options(side: str, budget: int, root: Path) -> tuple[str, dict[str, Any
         return "sim", {"capacity_bytes": budget}, keys
     if name == "file":
         return "file", {"path": str(root / side), "max_bytes": budget}, keys
-    return "slab", {"path": str(root / side), "capacity_bytes": budget}, keys
+    return "slab", {"path": str(root / side), "capacity_bytes": budget, "read_recency_s": 0}, keys
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

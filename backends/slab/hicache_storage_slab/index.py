@@ -27,7 +27,7 @@ import lmdb
 
 from .allocator import Databases, WriteTxn
 from .geometry import StoreGeometry
-from .records import PINNED, Claim, Entry, decode_entry, encode_entry, recency_seq, u32
+from .records import PINNED, Claim, Entry, decode_entry, encode_entry, recency_seq, u32, with_seq
 
 __all__ = ["MAX_READERS", "SlabIndex", "Staged", "Touch", "Written", "open_index"]
 
@@ -388,15 +388,16 @@ def _evict_oldest(txn: WriteTxn, count: int) -> None:
 
 
 def _apply_touches(txn: WriteTxn, touches: Iterable[Touch]) -> None:
-    db = txn.db
+    """Make pages recent (each only while it holds the ``seq`` it was read at), without decoding them."""
+    db, raw_txn = txn.db, txn.txn
     for touch in touches:
-        raw = txn.txn.get(touch.digest, db=db.pages)
+        raw = raw_txn.get(touch.digest, db=db.pages)
         if raw is None:
             continue
-        entry = decode_entry(raw)
-        if entry.seq != touch.seen_seq or touch.seq <= entry.seq:
+        changed = with_seq(raw, touch.seen_seq, touch.seq)
+        if changed is None:
             continue
-        txn.txn.delete(entry.recency_key(touch.digest), db=db.recency)
-        entry = entry._replace(seq=touch.seq)
-        txn.txn.put(touch.digest, encode_entry(entry), db=db.pages)
-        txn.txn.put(entry.recency_key(touch.digest), b"", db=db.recency)
+        old, new, entry = changed
+        raw_txn.delete(old + touch.digest, db=db.recency)
+        raw_txn.put(touch.digest, entry, db=db.pages)
+        raw_txn.put(new + touch.digest, b"", db=db.recency)

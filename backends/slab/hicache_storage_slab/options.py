@@ -56,7 +56,7 @@ class SlabOptions(IntegrityOptions):
     direct_io: bool = False
     fsync: bool = False
     zero_fill: bool = False
-    read_recency_s: float | None = 0.0
+    read_recency_s: float | None = 1.0
     quota_bytes: int | None = None
 
     #: Options of the earlier per-key-space layout: naming one raises a ConfigError saying what replaced it.

@@ -143,6 +143,22 @@ class Entry(NamedTuple):
         return len(self.refs) * self.chunk_bytes
 
 
+_HEAD = struct.Struct("<BBHHHIQ")  # the entry's fields before its seq
+_SEQ = struct.Struct("<Q")
+
+
+def with_seq(raw: bytes, seen: int, seq: int) -> tuple[bytes, bytes, bytes] | None:
+    """An encoded entry made recent without decoding it: (its old recency key, its new one, the new
+    entry), or ``None`` when its ``seq`` is not ``seen`` any more (written or made recent since).
+    The digest is appended to each recency key by the caller."""
+    _version, tier, group, _chunks, _key_len, chunk, _length = _HEAD.unpack_from(raw)
+    (current,) = _SEQ.unpack_from(raw, _HEAD.size)
+    if current != seen or seq <= current:
+        return None
+    head = _RECENCY.pack(group, chunk, tier, 0)[:7]
+    return head + u64(current), head + u64(seq), raw[: _HEAD.size] + _SEQ.pack(seq) + raw[_HEAD.size + 8 :]
+
+
 def encode_entry(entry: Entry) -> bytes:
     head = ENTRY.pack(
         _VERSION,

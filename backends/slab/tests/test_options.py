@@ -45,7 +45,7 @@ def test_bad_values_name_their_option(values: dict[str, Any], option: str) -> No
 def test_the_defaults() -> None:
     options = SlabOptions()
     assert (options.capacity_bytes, options.region_bytes, options.index_bytes) == (1 << 30, MIB, None)
-    assert (options.read_recency_s, options.quota_bytes, options.direct_io, options.fsync) == (0.0, None, False, False)
+    assert (options.read_recency_s, options.quota_bytes, options.direct_io, options.fsync) == (1.0, None, False, False)
     assert io_thread_count(options) == min(4, os.cpu_count() or 1)
     assert io_thread_count(SlabOptions(io_threads=7)) == 7
     assert SlabOptions(read_recency_s=None, index_bytes=8 * MIB).read_recency_s is None

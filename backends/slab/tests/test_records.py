@@ -20,6 +20,7 @@ from hicache_storage_slab.records import (
     recency_seq,
     slot_ref,
     split_ref,
+    with_seq,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -102,3 +103,16 @@ def test_small_records_round_trip(digest: bytes, writer: int, claimed: int) -> N
     assert Region.decode(region.encode()) == region
     size = SizeClass(writer & 0xFFFF, NO_REGION)
     assert SizeClass.decode(size.encode()) == size
+
+
+def test_an_entry_made_recent_in_place_keeps_every_other_field() -> None:
+    digest = bytes(range(16))
+    entry = Entry(1, 7, 1 << 20, 3 << 20, 1_000, 42, 5, (1, 2, 3), b"tag", b"hc1-x.key")
+    changed = with_seq(encode_entry(entry), 1_000, 2_000)
+    assert changed is not None
+    old, new, raw = changed
+    assert decode_entry(raw) == entry._replace(seq=2_000)
+    assert old + digest == entry.recency_key(digest)
+    assert new + digest == entry._replace(seq=2_000).recency_key(digest)
+    assert with_seq(encode_entry(entry), 999, 2_000) is None  # written or made recent since it was read
+    assert with_seq(encode_entry(entry), 1_000, 500) is None  # never older than it is
