@@ -11,7 +11,8 @@ Every side replays the same first requests of a Mooncake-format conversation tra
   makes its page recent, as in the oracle: the replay runs the trace's hours in seconds of wall time,
   so the default gate of one second would cover hundreds of requests);
 - ``file+keys`` / ``slab+keys``: the same with every storage call naming the earlier pages of the
-  chain (``extra_info.prefix_keys``, what SGLang sends with ``hicache_storage_pass_prefix_keys`` set in its storage extra config).
+  chain (``extra_info.prefix_keys``, what SGLang sends with ``hicache_storage_pass_prefix_keys`` set
+  in its storage extra config).
 
 Reported per page size and budget: the share of input tokens loaded from storage per side, the ratio
 slab / oracle and slab / file, and over all budgets of a page size the ratio of the summed hits. Hit
