@@ -58,10 +58,11 @@ class FreeList:
     def release(self, units: Sequence[int]) -> None:
         """Free held ``units``; a unit not held, or named twice, raises :class:`HostPoolError` and frees nothing."""
         owners = self.owners
-        if len(set(units)) != len(units):
+        named = set(units)
+        if len(named) != len(units):
             raise HostPoolError(f"free(): {self.noun} {list(units)} name the same unit twice in one call")
-        unowned = [unit for unit in units if unit not in owners]
-        if unowned:
+        if not owners.keys() >= named:
+            unowned = [unit for unit in units if unit not in owners]
             raise HostPoolError(f"free(): {self.noun} {unowned} are already free or never allocated (double free?)")
         for unit in units:
             del owners[unit]

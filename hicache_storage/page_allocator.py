@@ -121,6 +121,9 @@ class PageAllocator:
             self._slots.reset()
 
 
+_INTEGER_DTYPES = frozenset(
+    {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.uint16, torch.uint32, torch.uint64}
+)
 #: Below this many indices, index lists are built and checked in Python (fewer, cheaper tensor calls).
 _SMALL = 256
 
@@ -161,9 +164,9 @@ def tokens_to_pages(indices: Sequence[int] | torch.Tensor, page_size: int, size:
 def _small_tokens_to_pages(indices: Sequence[int] | torch.Tensor, page_size: int, size: int) -> list[int]:
     """:func:`tokens_to_pages` for a few indices, checked in Python."""
     if isinstance(indices, torch.Tensor):
-        if indices.is_floating_point() or indices.dtype == torch.bool:
+        if indices.dtype not in _INTEGER_DTYPES:
             raise HostPoolError(f"token indices must be integers, got dtype {indices.dtype}")
-        flat: list[int] = indices.reshape(-1).tolist()
+        flat: list[int] = (indices if indices.dim() == 1 else indices.reshape(-1)).tolist()
     else:
         flat = [int(i) for i in indices]
     if len(flat) % page_size:

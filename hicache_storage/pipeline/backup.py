@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidRequestError
 from .device_pool import tokens_to_pages
+from .inflight import InFlight
 from .parts import Stage, StageParts
 from .sidecars import Units
 from .types import BackupDecision, BackupResult, Span
@@ -53,7 +54,7 @@ class BackupStage(Stage):
         #: Most tokens one tick may stage: what the staging pool could ever hold for writes.
         self.max_budget_tokens = max(int(0.2 * host_tokens), host_tokens - host_tokens // 10)
         self.fifo: deque[_Intent] = deque()
-        self.inflight_hashes: dict[str, int] = {}
+        self.inflight_hashes = InFlight()
         self.inflight_ids: dict[int | str, str] = {}  # span id -> its last page hash
         self.backlog_tokens = 0
         self.results: list[BackupResult] = []
@@ -81,12 +82,13 @@ class BackupStage(Stage):
                 parent = self.inflight_ids[span.parent_id]
             intent = _Intent(span, hashes, device_pages if kv_needed else [], parent, self.clock(), sidecars)
             self.fifo.append(intent)
-            self._hold(intent.hashes if kv_needed else [], +1)
+            if kv_needed:
+                self.inflight_hashes.add(intent.hashes)
             self.inflight_ids[span.span_id] = hashes[-1]
             self.backlog_tokens += intent.pages * self.page_size
             for name, units in sidecars.items():
                 item = self.sidecars.by_name[name]
-                item.hold(units.hashes, +1)
+                item.inflight.add(units.hashes)
                 item.backlog += len(units)
             self.metrics.add("backup_admitted_tokens", tokens)
         elif decision is BackupDecision.SKIPPED:
@@ -163,16 +165,6 @@ class BackupStage(Stage):
 
     def _hash_covered(self, page_hash: str) -> bool:
         return page_hash in self.inflight_hashes or self.existence.contains(self.config.pool_name, page_hash)
-
-    def _hold(self, hashes: list[str], delta: int) -> None:
-        held = self.inflight_hashes
-        get = held.get
-        for page_hash in hashes:
-            count = get(page_hash, 0) + delta
-            if count:
-                held[page_hash] = count
-            else:
-                del held[page_hash]
 
     # ------------------------------------------------------------ flush
     def budget_tokens(self, prefetch_occupied_tokens: int) -> int:
@@ -263,7 +255,7 @@ class BackupStage(Stage):
                 or parent is None
                 or parent in written
                 or self.existence.holds(pool, parent)
-                or self.inflight_hashes.get(parent, 0) > released.get(parent, 0)
+                or self.inflight_hashes.count(parent) > released.get(parent, 0)
             )
             sent.append(send)
             if send:
@@ -310,13 +302,14 @@ class BackupStage(Stage):
         self._finish(intent, "dropped_parent", 0, {})
 
     def _finish(self, intent: _Intent, status: str, stored: int, side: dict[str, int]) -> None:
-        self._hold(intent.hashes[: intent.pages] if intent.pages else [], -1)
+        if intent.pages:
+            self.inflight_hashes.remove(intent.hashes[: intent.pages])
         if self.inflight_ids.get(intent.span.span_id) == intent.hashes[-1]:
             del self.inflight_ids[intent.span.span_id]
         self.backlog_tokens -= intent.pages * self.page_size
         for name, units in intent.sidecars.items():
             item = self.sidecars.by_name[name]
-            item.hold(units.hashes, -1)
+            item.inflight.remove(units.hashes)
             item.backlog -= len(units)
         self.results.append(BackupResult(intent.span.span_id, status, stored, len(intent.hashes), dict(side)))
         self.log("backup_done", intent.span.span_id, status, stored, *sorted(side.items()))

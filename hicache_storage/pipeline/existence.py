@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 __all__ = ["StorageExistenceCache"]
 
@@ -38,7 +38,7 @@ class StorageExistenceCache:
         """Whether ``page_hash`` is believed stored, leaving its recency as it is."""
         return (pool, page_hash) in self._entries
 
-    def covers_all(self, pool: str, hashes: Iterable[str], extra_cover: Collection[str] = ()) -> bool:
+    def covers_all(self, pool: str, hashes: Iterable[str], extra_cover: Container[str] = ()) -> bool:
         """Whether every hash is believed stored or is in ``extra_cover`` (e.g. writes in flight)."""
         entries = self._entries
         for page_hash in hashes:

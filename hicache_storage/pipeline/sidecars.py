@@ -17,6 +17,7 @@ from typing import Any
 from .components.base import Component, UnitStaging
 from .copy_engine import CopyHandle
 from .existence import StorageExistenceCache
+from .inflight import InFlight
 from .metrics import PipelineMetrics
 from .storage_calls import MultiPoolCalls, PoolPart
 
@@ -52,22 +53,14 @@ class Sidecar:
         #: Backlog cap in units: ``cap_ratio`` x the device pool's units (the KV cap's ratio to KV tokens).
         self.cap = max(1, math.ceil(cap_ratio * component.device.page_num))
         self.backlog = 0
-        self.inflight: dict[str, int] = {}
+        #: Unit hashes with writes in flight.
+        self.inflight = InFlight()
         self.row = metrics.add_component(self.name)
 
     def budget(self, occupied: int) -> int:
         """This tick's write budget in units (loads have priority), as for KV."""
         units = self.staging.units
         return max(int(0.2 * units), units - occupied - units // 10)
-
-    def hold(self, hashes: Iterable[str], delta: int) -> None:
-        """Count writes in flight per hash."""
-        for page_hash in hashes:
-            count = self.inflight.get(page_hash, 0) + delta
-            if count:
-                self.inflight[page_hash] = count
-            else:
-                del self.inflight[page_hash]
 
 
 class Sidecars:
