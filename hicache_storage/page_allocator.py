@@ -113,7 +113,7 @@ class PageAllocator:
     def owners(self) -> dict[int, Any]:
         """Snapshot of page number → owner for every allocated page."""
         with self._alloc_lock:
-            return dict(self._slots.owners)
+            return self._slots.owners
 
     def clear(self) -> None:
         """Free every page (the contents are left as they are)."""

@@ -46,5 +46,21 @@ def test_owner_and_reset() -> None:
 def test_problems_name_a_unit_both_free_and_held() -> None:
     units = FreeList(2, "units")
     units.alloc(1, "op")
-    units.owners[1] = "stray"  # held behind the list's back
-    assert units.problems() == "1 free + 2 handed out != 2 units"
+    units._free.append(0)  # a held unit put back on the free list behind its back
+    assert units.problems() == "2 free + 1 handed out != 2 units"
+
+
+def test_runs_and_scattered_units_are_refused_alike() -> None:
+    units = FreeList(40, "pages")
+    run = units.alloc(20, "run")
+    assert run == list(range(20)) and units.owner(19, "page 19") == "run"
+    with pytest.raises(HostPoolError, match=r"pages \[20\] are already free"):
+        units.release(list(range(1, 21)))  # a run reaching past what is held
+    with pytest.raises(HostPoolError, match=r"pages \[40\] are already free"):
+        units.release([19, 40])  # outside the list
+    with pytest.raises(HostPoolError, match=r"pages \[-1\] are already free"):
+        units.release([-1])
+    assert units.used == 20 and units.unheld([-1, 0, 40]) == [-1, 40]
+    units.release(run[::2])  # scattered
+    units.release(run[1::2])
+    assert units.used == 0 and units.owners == {} and units.problems() is None

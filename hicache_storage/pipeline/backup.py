@@ -103,29 +103,26 @@ class BackupStage(Stage):
         """Per sidecar the span offers: the units its rule writes that are not believed stored or in flight."""
         found: dict[str, Units] = {}
         offered = span.sidecars or {}
-        unknown = set(offered) - set(self.sidecars.by_name)
-        if unknown:
+        if not offered.keys() <= self.sidecars.by_name.keys():
+            unknown = set(offered) - set(self.sidecars.by_name)
             raise InvalidRequestError(f"span {span.span_id!r}: unknown sidecar components {sorted(unknown)}")
         for item in self.sidecars.items:
             indices = offered.get(item.name)
             if indices is None:
                 continue
-            positions = list(item.component.backup_positions(0, len(hashes)))
-            device = item.component.device_units(indices, len(positions), f"span {span.span_id!r}")
-            wanted = [hashes[position] for position in positions]
+            wanted = [hashes[position] for position in item.component.backup_positions(0, len(hashes))]
+            device = item.component.device_units(indices, len(wanted), f"span {span.span_id!r}")
             keep = [
                 i
                 for i, page_hash in enumerate(wanted)
                 if page_hash not in item.inflight and not self.existence.contains(item.name, page_hash)
             ]
-            item.row["units_offered"] += len(positions)
-            item.row["units_skipped"] += len(positions) - len(keep)
-            if len(keep) == len(positions):
-                found[item.name] = Units(positions, wanted, device)
+            item.row["units_offered"] += len(wanted)
+            item.row["units_skipped"] += len(wanted) - len(keep)
+            if len(keep) == len(wanted):
+                found[item.name] = Units(wanted, device)
             elif keep:
-                found[item.name] = Units(
-                    [positions[i] for i in keep], [wanted[i] for i in keep], [device[i] for i in keep]
-                )
+                found[item.name] = Units([wanted[i] for i in keep], [device[i] for i in keep])
         return found
 
     def _kv_covered(self, hashes: list[str]) -> bool:

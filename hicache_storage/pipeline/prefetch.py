@@ -261,6 +261,8 @@ class PrefetchStage(Stage):
 
     def occupied_units(self) -> dict[str, int]:
         """Host units per sidecar held by loads and copies in flight."""
+        if not self.sidecars:
+            return {}
         holders = [load.sidecars for load in self.active.values()] + [copy.sidecars for copy in self.copies]
         return self.sidecars.occupied(holders)
 
