@@ -76,7 +76,10 @@ class StorageCalls:
         return done
 
     def _each(self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]) -> list[bool]:
-        return [ok for flags in self._batches(call, hashes, host_pages) for ok in flags]
+        out: list[bool] = []
+        for flags in self._batches(call, hashes, host_pages):
+            out += flags
+        return out
 
     def _batches(
         self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]
