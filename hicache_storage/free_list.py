@@ -84,8 +84,11 @@ class FreeList:
             self._owner[first : first + count] = [None] * count
         else:
             size = self.count
-            if len(set(units)) != count or not all(0 <= unit < size and held[unit] for unit in units):
+            if count > 1 and len(set(units)) != count:
                 self._refuse(units)
+            for unit in units:
+                if not 0 <= unit < size or not held[unit]:
+                    self._refuse(units)
             owners = self._owner
             for unit in units:
                 held[unit] = 0
