@@ -244,8 +244,10 @@ class BackupStage(Stage):
         written: set[str] = set()  # KV pages sent by earlier intents of the batch
         released: dict[str, int] = {}  # in-flight holds of earlier intents left out
         sent: list[bool] = []
-        for intent, _ in batch:
-            hashes = intent.hashes[: intent.pages] if intent.pages else []
+        last = len(batch) - 1
+        for index, (intent, _) in enumerate(batch):
+            # What an intent sends or leaves out matters only to the intents after it.
+            hashes = intent.hashes[: intent.pages] if intent.pages and index < last else []
             parent = intent.parent_hash
             send = (
                 not intent.pages
