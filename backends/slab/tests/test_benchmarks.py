@@ -42,7 +42,7 @@ def test_bench_slab_compares_every_side_in_steady_state(tmp_path: Path) -> None:
 
 def test_read_ceiling_reports_every_path(tmp_path: Path) -> None:
     result = _run("slab_read_ceiling.py", "--pages", "8", "--threads", "2", "--repeat", "2", tmp_path=tmp_path)
-    paths = ("preadv", "preadv+xxh3", "mapped+xxh3", "Slab.read", "batch_get_v1")
+    paths = ("preadv", "preadv+xxh3", "mapped+xxh3", "Store.read", "batch_get_v1")
     assert set(result["us_per_page"]) == {f"{path} {threads}" for path in paths for threads in (1, 2)}
     assert all(value > 0 for value in result["us_per_page"].values())
     assert result["ratio_to_preadv"]["preadv 1"] == 1.0

@@ -211,11 +211,13 @@ def _read_one(handle: Handle, key: str, slots: list[int]) -> bytes | None:
 
 
 def _faults_counted(backend: Any) -> int | None:
-    """Faults the caller API counted so far (``None`` where it keeps no statistics)."""
+    """Faults counted so far (``None`` where the caller API keeps no statistics): whole calls (``faults``,
+    ``short_circuited``) and single keys of a call (the backend's ``key_faults``)."""
     get_stats = getattr(backend, "get_stats", None)
     if get_stats is None:
         return None
     stats = get_stats()
     if not isinstance(stats, dict):
         return None
-    return int(stats.get("faults", 0)) + int(stats.get("counters", {}).get("short_circuited", 0))
+    counters = stats.get("counters", {})
+    return int(stats.get("faults", 0)) + int(counters.get("short_circuited", 0)) + int(counters.get("key_faults", 0))
