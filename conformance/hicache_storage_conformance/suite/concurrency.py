@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..checks import Mismatch, check, check_equal, describe_page
+from ..checks import Mismatch, check, describe_page
 from ..harness import Handle, Harness, expect_bools
 from ..pages import PoolSpec, host_indices, page_content, read_slot, tensor_bytes, tensor_of, verify_page, write_slot
 
@@ -57,8 +57,7 @@ class ConcurrencyTests:
     def test_concurrency_overlapping_reads_and_writes(self, harness: Harness) -> None:
         """Threads writing and reading overlapping keys (v1 and v0 mixed) never observe a partial or mixed page."""
         handle = harness.open(PoolSpec(num_pages=6 * SLOTS_PER_THREAD))
-        keys = harness.keys(6)
-        check_equal(handle.put(keys, versions=0), [True] * len(keys), "writing 6 pages before the threads start")
+        keys = handle.store_fresh(6, 0, "writing 6 pages before the threads start")
         versions = itertools.count(1)
         lock = threading.Lock()
         errors: list[str] = []
@@ -192,7 +191,7 @@ class ConcurrencyTests:
             )
         for begin in range(0, len(done), 8):
             chunk = done[begin : begin + 8]
-            handle.check_pages(handle.fetch(chunk), chunk, 11, "reading the pages after the writes")
+            handle.expect(chunk, 11, "reading the pages after the writes")
 
 
 def _write_one(handle: Handle, key: str, slot: int) -> None:
