@@ -29,6 +29,7 @@ from .records import (
     Region,
     SizeClass,
     decode_entry,
+    pack,
     read_u16,
     read_u32,
     read_u64,
@@ -39,6 +40,7 @@ from .records import (
     u16,
     u32,
     u64,
+    unpack,
 )
 
 __all__ = ["CLAIM_TTL_NS", "STEAL_FACTOR", "Databases", "WriteTxn"]
@@ -94,7 +96,7 @@ class WriteTxn:
         found = self._regions.get(region)
         if found is None:
             raw = self.txn.get(u32(region), db=self.db.regions)
-            found = Region.decode(raw) if raw is not None else Region(0, 0, 0)
+            found = unpack(Region, raw) if raw is not None else Region(0, 0, 0)
             self._regions[region] = found
         return found
 
@@ -102,7 +104,7 @@ class WriteTxn:
         found = self._sizes.get(chunk)
         if found is None:
             raw = self.txn.get(u32(chunk), db=self.db.sizes)
-            found = SizeClass.decode(raw) if raw is not None else SizeClass(0, NO_REGION)
+            found = unpack(SizeClass, raw) if raw is not None else SizeClass(0, NO_REGION)
             self._sizes[chunk] = found
         return found
 
@@ -146,12 +148,12 @@ class WriteTxn:
         txn, db = self.txn, self.db
         for region, record in self._regions.items():
             if record.chunk_bytes:
-                txn.put(u32(region), record.encode(), db=db.regions)
+                txn.put(u32(region), pack(record), db=db.regions)
             else:
                 txn.delete(u32(region), db=db.regions)
         for chunk, size in self._sizes.items():
             if size.regions:
-                txn.put(u32(chunk), size.encode(), db=db.sizes)
+                txn.put(u32(chunk), pack(size), db=db.sizes)
             else:
                 txn.delete(u32(chunk), db=db.sizes)
         for group, delta in self._group_delta.items():
@@ -186,7 +188,7 @@ class WriteTxn:
         return refs
 
     def claim(self, refs: list[int], claim: Claim) -> None:
-        raw = claim.encode()
+        raw = pack(claim)
         for ref in refs:
             self.txn.put(u64(ref), raw, db=self.db.claims)
 
@@ -362,7 +364,7 @@ class WriteTxn:
         cursor = self._cursor("claims")
         stale: list[int] = []
         if cursor.first():
-            stale = [read_u64(key) for key, value in cursor.iternext() if doomed(Claim.decode(value))]
+            stale = [read_u64(key) for key, value in cursor.iternext() if doomed(unpack(Claim, value))]
         for ref in stale:
             self.txn.delete(u64(ref), db=self.db.claims)
             region, _slot = split_ref(ref)

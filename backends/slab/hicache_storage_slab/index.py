@@ -27,7 +27,7 @@ import lmdb
 
 from .allocator import Databases, WriteTxn
 from .geometry import StoreGeometry
-from .records import PINNED, Claim, Entry, decode_entry, encode_entry, recency_seq, u32, with_seq
+from .records import PINNED, Claim, Entry, decode_entry, encode_entry, pack, recency_seq, u32, with_seq
 
 __all__ = ["MAX_READERS", "SlabIndex", "Staged", "Touch", "Written", "open_index"]
 
@@ -267,7 +267,7 @@ class SlabIndex:
             group = txn.group_id(namespace)
             for item in written:
                 staged, entry = item.staged, item.entry
-                ours = [raw_txn.get(_ref_key(ref), db=db.claims) == staged.claim.encode() for ref in staged.refs]
+                ours = [raw_txn.get(_ref_key(ref), db=db.claims) == pack(staged.claim) for ref in staged.refs]
                 for ref, mine in zip(staged.refs, ours, strict=True):
                     if mine:
                         raw_txn.delete(_ref_key(ref), db=db.claims)

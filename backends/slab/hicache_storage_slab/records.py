@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 __all__ = [
     "CLAIM",
@@ -41,10 +41,12 @@ __all__ = [
     "decode_entry",
     "encode_entry",
     "key_digest",
+    "pack",
     "recency_key",
     "recency_prefix",
     "slot_ref",
     "split_ref",
+    "unpack",
 ]
 
 #: Tier of pages of a pinned deployment: replaced only when no other page of their size is left.
@@ -202,14 +204,6 @@ class Claim(NamedTuple):
     writer: int
     claimed_ns: int
 
-    def encode(self) -> bytes:
-        return CLAIM.pack(self.digest, self.writer, self.claimed_ns)
-
-    @classmethod
-    def decode(cls, raw: bytes) -> Claim:
-        digest, writer, claimed = CLAIM.unpack(raw)
-        return cls(digest, writer, claimed)
-
 
 class Region(NamedTuple):
     """A region lent to one chunk size: its slots ``[0, used)`` have been handed out, ``live`` are in use."""
@@ -218,13 +212,6 @@ class Region(NamedTuple):
     used: int
     live: int
 
-    def encode(self) -> bytes:
-        return _REGION.pack(self.chunk_bytes, self.used, self.live)
-
-    @classmethod
-    def decode(cls, raw: bytes) -> Region:
-        return cls(*_REGION.unpack(raw))
-
 
 class SizeClass(NamedTuple):
     """The regions lent to one chunk size, and the one whose unused slots are handed out next."""
@@ -232,9 +219,17 @@ class SizeClass(NamedTuple):
     regions: int
     filling: int
 
-    def encode(self) -> bytes:
-        return _SIZE.pack(self.regions, self.filling)
 
-    @classmethod
-    def decode(cls, raw: bytes) -> SizeClass:
-        return cls(*_SIZE.unpack(raw))
+#: The fixed-size records and their encodings.
+_FORMATS: dict[type[Any], struct.Struct] = {Claim: CLAIM, Region: _REGION, SizeClass: _SIZE}
+Record = TypeVar("Record", Claim, Region, SizeClass)
+
+
+def pack(record: Claim | Region | SizeClass) -> bytes:
+    """The bytes of a fixed-size record."""
+    return _FORMATS[type(record)].pack(*record)
+
+
+def unpack(kind: type[Record], raw: bytes) -> Record:
+    """The record of ``kind`` encoded in ``raw``."""
+    return kind(*_FORMATS[kind].unpack(raw))

@@ -68,6 +68,10 @@ class StoreMismatch(Exception):
     """The store on disk was created with other settings and another process has it open."""
 
 
+#: The options that shape a store: opened with others, it is re-created.
+SHAPE = ("capacity_bytes", "region_bytes", "file_bytes", "index_bytes")
+
+
 @dataclass(frozen=True)
 class StoreSettings:
     """What a store is created with (the options that shape it, and the first page size it serves)."""
@@ -81,13 +85,8 @@ class StoreSettings:
     zero_fill: bool
 
     def shape(self) -> dict[str, Any]:
-        """The options a store on disk must have been created with to be reused."""
-        return {
-            "capacity_bytes": self.capacity_bytes,
-            "region_bytes": self.region_bytes,
-            "file_bytes": self.file_bytes,
-            "index_bytes": self.index_bytes,
-        }
+        """The options a store on disk must have been created with to be reused (:data:`SHAPE`)."""
+        return {name: getattr(self, name) for name in SHAPE}
 
 
 @dataclass

@@ -16,7 +16,7 @@ from hicache_storage_slab import SlabBackend
 from hicache_storage_slab.allocator import WriteTxn
 from hicache_storage_slab.geometry import ENTRY_COST, INDEX_OVERHEAD, MIN_INDEX_BYTES, StoreGeometry
 from hicache_storage_slab.index import SlabIndex, Written
-from hicache_storage_slab.records import Entry, Region, key_digest
+from hicache_storage_slab.records import Entry, Region, key_digest, unpack
 from hicache_storage_slab.store import Store
 
 from hicache_storage import HiCacheStorage, HostKVPool, KeySpace
@@ -194,7 +194,7 @@ def count(index: SlabIndex, database: str) -> int:
 def region_of(index: SlabIndex, region: int) -> Region | None:
     with index.env.begin(db=index.db.regions) as txn:
         raw = txn.get(region.to_bytes(4, "big"))
-    return Region.decode(raw) if raw is not None else None
+    return unpack(Region, raw) if raw is not None else None
 
 
 def spare_regions(index: SlabIndex) -> list[int]:

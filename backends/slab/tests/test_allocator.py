@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hicache_storage_slab.allocator import CLAIM_TTL_NS, STEAL_FACTOR
 from hicache_storage_slab.index import SlabIndex, Written
-from hicache_storage_slab.records import NO_REGION, PINNED, Claim, Entry, SizeClass, key_digest, slot_ref
+from hicache_storage_slab.records import NO_REGION, PINNED, Claim, Entry, SizeClass, key_digest, slot_ref, unpack
 from slab_support import count, put_page, region_of, spare_regions, stored, write_txn
 
 KIB = 1024
@@ -35,7 +35,7 @@ def test_a_size_is_lent_a_spare_region_and_fills_it_in_order(small_index: SlabIn
     assert region_of(small_index, 0) == (A, 4, 4) and region_of(small_index, 1) == (A, 1, 1)
     with small_index.env.begin(db=small_index.db.sizes) as raw:
         record = raw.get(A.to_bytes(4, "big"))
-    assert record is not None and SizeClass.decode(record) == SizeClass(2, 1)  # 2 regions, filling region 1
+    assert record is not None and unpack(SizeClass, record) == SizeClass(2, 1)  # 2 regions, filling region 1
 
 
 def test_a_slot_given_back_is_handed_out_first(small_index: SlabIndex) -> None:
