@@ -24,6 +24,7 @@ batch so that the later pages of a chain are older than the earlier ones (tails 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from typing import Any, NamedTuple, TypeVar
@@ -175,7 +176,12 @@ def encode_entry(entry: Entry) -> bytes:
         entry.written_ns,
         len(entry.auth),
     )
-    return head + struct.pack(f"<{len(entry.refs)}Q", *entry.refs) + entry.auth + entry.key
+    return head + _refs(len(entry.refs)).pack(*entry.refs) + entry.auth + entry.key
+
+
+@functools.cache
+def _refs(count: int) -> struct.Struct:
+    return struct.Struct(f"<{count}Q")
 
 
 def decode_entry(raw: bytes) -> Entry:
@@ -187,7 +193,7 @@ def decode_entry(raw: bytes) -> Entry:
     if version != _VERSION:
         raise ValueError(f"index entry of version {version}, expected {_VERSION}")
     offset = ENTRY.size
-    refs = struct.unpack_from(f"<{chunks}Q", raw, offset)
+    refs = _refs(chunks).unpack_from(raw, offset)
     offset += 8 * chunks
     auth = bytes(raw[offset : offset + auth_len])
     offset += auth_len
