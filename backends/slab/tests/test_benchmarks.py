@@ -46,6 +46,7 @@ def test_read_ceiling_reports_every_path(tmp_path: Path) -> None:
     assert set(result["us_per_page"]) == {f"{path} {threads}" for path in paths for threads in (1, 2)}
     assert all(value > 0 for value in result["us_per_page"].values())
     assert result["ratio_to_preadv"]["preadv 1"] == 1.0
+    assert result["ratio_to_verified_ceiling"]["preadv+xxh3 1"] == 1.0
 
 
 def test_first_pass_builds_new_stores_each_repetition(tmp_path: Path) -> None:
