@@ -5,11 +5,11 @@ medians:
 
 - ``slab``: ``SlabBackend.batch_set_v1`` / ``batch_get_v1`` (integrity checks on: every write
   checksums, every read verifies key, length and checksum). Each round writes fresh keys, as an
-  engine does, into a slab of four rounds' pages that the warm-up has filled: every write evicts
-  (steady state of a full cache). The slab is created with ``zero_fill`` so its slots are written
+  engine does, into a store of four rounds' pages that the warm-up has filled: every write evicts
+  (steady state of a full cache). The store is created with ``zero_fill`` so its slots are written
   blocks, as every slot is after its first write (``--fresh-slab``: plain fallocated blocks, the
-  first pass over a new slab). A key evicted by a later key of its own round reads as a miss
-  (counted in the results; rare with 64 slots per set).
+  first pass over a new store). Reads that miss are counted in the results (none expected: the
+  store holds four rounds and replaces the least recently used).
 - ``raw``: the physical baseline, ``os.pwritev`` of each page's segments into a preallocated file and
   ``os.preadv`` back into them (``RawSlab``, same thread count as the slab, readahead off like the
   slab's files): no header, no checksum, no index. Its file has the slab's footprint (four rounds
@@ -56,7 +56,7 @@ import torch
 from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_file import FileBackend
 from hicache_storage_slab import SlabBackend
-from hicache_storage_slab.layout import ENTRY_SIZE
+from hicache_storage_slab.geometry import capacity_for
 from hicache_storage_slab.raw_baseline import RawSlab
 from machine import describe
 
@@ -119,15 +119,13 @@ def build_sides(
     # slab: room for four rounds of pages; the warm-up fills it, so every timed write also evicts
     slab_options: dict[str, Any] = {
         "path": os.path.join(workdir, "slab"),
-        "capacity_bytes": SLAB_ROUNDS * args.pages * (page_bytes + ENTRY_SIZE) + (1 << 20),
+        "capacity_bytes": capacity_for(SLAB_ROUNDS * args.pages, page_bytes),
         "fsync": args.fsync,
         "zero_fill": not args.fresh_slab,
         "resilience": False,
     }
     if args.io_threads is not None:
         slab_options["io_threads"] = args.io_threads
-    if args.ways is not None:
-        slab_options["ways"] = args.ways
     slab = HiCacheStorage(SlabBackend, make_config("bench", extra_config=slab_options))
     slab.register_mem_pool_host(pool)
     slabs = slab.backend
@@ -144,11 +142,10 @@ def build_sides(
         keys = round_keys("slab", round_number, batch_number)
         info["slab_read_misses"] += len(keys) - sum(slab.batch_get_v1(keys, indices[: len(keys) * PAGE_SIZE]))
 
-    data_offset = slabs.slab(slab.pool_keyspace()).geometry.data_offset
-    sides = [Side("slab", slab_write, slab_read, lambda: [(f.path, data_offset) for f in slabs.slab_files()])]
+    sides = [Side("slab", slab_write, slab_read, lambda: [(f.path, 0) for f in slabs.data_files()])]
 
     # raw: the same footprint as the slab (four rounds of pages) with pages at random places in it, as
-    # hashing places them in the slab: the extents are laid out in a shuffled order up front
+    # replacement scatters them over the store's slots: the extents are laid out in a shuffled order up front
     raw = RawSlab(
         Path(workdir) / "raw",
         reserve_bytes=SLAB_ROUNDS * args.pages * page_bytes,
@@ -279,7 +276,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeat", type=int, default=9, help="timed rounds; medians are reported")
     parser.add_argument("--io-threads", type=int, default=None, help="slab io_threads (default: its own)")
     parser.add_argument("--fsync", action="store_true", help="durable writes on the slab, raw and file sides")
-    parser.add_argument("--ways", type=int, default=None, help="slab ways (default: its own)")
     parser.add_argument("--fresh-slab", action="store_true", help="no zero_fill: a new slab's first pass")
     parser.add_argument("--dir", default=None, help="parent directory for the data (default: system temp dir)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
@@ -339,7 +335,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "repeat": args.repeat,
         "fsync": args.fsync,
         "fresh_slab": args.fresh_slab,
-        "slab_ways": args.ways,
         "slab_io_threads": info["slab_io_threads"],
         "file_io_threads": info["file_io_threads"],
         "sides": [side.name for side in sides],
@@ -368,7 +363,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         figures = "  ".join(f"{s.name} {result['gbps'][f'{s.name}_{phase}']:.2f}" for s in sides)
         lines.append(f"  {phase:<9} GB/s: {figures}")
     lines += [f"  {name}: {value:.3f}" for name, value in result["ratios"].items()]
-    lines.append(f"  slab reads that missed (evicted by a later page of their round): {info['slab_read_misses']}")
+    lines.append(f"  slab reads that missed: {info['slab_read_misses']}")
     lines.append(f"  page files the file sides deleted at their size limit: {file_evictions}")
     if info.get("sglang_skipped"):
         lines.append(f"  sglang side skipped: {info['sglang_skipped']}")

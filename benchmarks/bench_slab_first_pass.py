@@ -34,7 +34,7 @@ import torch
 from disk_pages import PAGE_SIZE, make_pool
 from hicache_storage_file import FileBackend
 from hicache_storage_slab import SlabBackend
-from hicache_storage_slab.layout import ENTRY_SIZE
+from hicache_storage_slab.geometry import capacity_for
 from machine import describe
 
 from hicache_storage import HiCacheStorage, HostKVPool, make_config
@@ -60,8 +60,8 @@ def _write_all(storage: HiCacheStorage, keys: list[str], batch: int, *, writebac
 
 def _side(name: str, root: str, pool: HostKVPool, pages: int) -> tuple[HiCacheStorage, float]:
     """A new store of ``name`` below ``root`` and the seconds its creation took."""
-    if name == "slab":  # room for every page once (64 ways: sets fill unevenly, so some headroom)
-        capacity = int(pages * (pool.bytes_per_page + ENTRY_SIZE) * 1.25) + (1 << 20)
+    if name == "slab":  # room for every page once
+        capacity = capacity_for(pages, pool.bytes_per_page)
         options: dict[str, Any] = {"path": root, "capacity_bytes": capacity, "resilience": False}
         cls: Any = SlabBackend
     else:

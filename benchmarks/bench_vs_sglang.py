@@ -24,12 +24,20 @@ Each repetition writes one batch of fresh keys per side (HiCacheFile and Mooncak
 that exist), reads it back into other host pages, checks every byte (untimed) and removes what it
 wrote (untimed); the order of the sides rotates from one repetition to the next. Reported per side:
 median seconds per batch with min-max; per comparison: the median over repetitions of their time /
-our time in the same repetition (>= 1.0: ours is as fast), with min-max. Files go to the page cache
-(no side syncs).
+our time in the same repetition (>= 1.0: ours is as fast), with min-max.
+
+File group: files go to the page cache (no side syncs its writes), and before each side's timed
+pass ``os.sync()`` (untimed) writes back every dirty page, so no side's write pays for the
+writeback of pages written before it. The stores are stores in use: before the first repetition
+each directory-backed side (HiCacheFile, our ``file`` both ways) is given ``--resident-pages``
+pages of its own (default 8 batches; untimed, kept to the end), so its directories exist as they
+do once a store holds pages (``--resident-pages 0``: every repetition writes into an empty store).
+The results JSON records the load average before every repetition besides versions and machine.
 
     bash scripts/sglang-test.sh    # once: sglang==0.5.23 into .venv/sglang-0.5.23 (no GPU needed)
     source scripts/services/env.sh && bash scripts/services/start.sh mooncake
     PYTHONPATH=.venv/sglang-0.5.23 .venv/bin/python benchmarks/bench_vs_sglang.py --repeat 7 [--json out.json]
+    PYTHONPATH=.venv/sglang-0.5.23 .venv/bin/python benchmarks/bench_vs_sglang.py --groups file [--resident-pages 0]
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ os.environ.setdefault("MC_LOG_LEVEL", "WARNING")
 
 import torch  # noqa: E402
 from disk_pages import PAGE_SIZE, make_pool  # noqa: E402
-from machine import describe  # noqa: E402
+from machine import describe, load_average  # noqa: E402
 from sglang_modules import load_sglang_storage  # noqa: E402
 
 from hicache_storage import HostKVPool  # noqa: E402
@@ -93,6 +101,8 @@ class Side:
     remove: Callable[[list[str]], None]
     write_s: list[float] = field(default_factory=list)
     read_s: list[float] = field(default_factory=list)
+    #: Pages written before the first repetition and kept (a store in use); file group only.
+    resident: bool = False
 
 
 def stand_in_type_imports() -> dict[str, str]:
@@ -147,7 +157,8 @@ def file_sides(controllers: Any, pool: HostKVPool, workdir: str, batch: int) -> 
     sides = [
         attach(controllers, "HiCacheFile", "file", {"file_storage_path": directory("hicache")}, pool, group="file")
     ]
-    sides[0].remove = lambda keys, backend=sides[0].backend: backend.clear()
+    sides[0].remove = lambda keys, backend=sides[0].backend: _remove_hicache_files(backend, keys)
+    sides[0].resident = True
     # A slab is set-associative: with room for 16 batches, no key of a batch evicts another of it.
     slab_bytes = max(1 << 30, 16 * batch * (pool.bytes_per_page + 4096))
     for backend_name, options in (("file", {}), ("slab", {"capacity_bytes": slab_bytes})):
@@ -158,6 +169,7 @@ def file_sides(controllers: Any, pool: HostKVPool, workdir: str, batch: int) -> 
             )
             side = attach(controllers, name, "dynamic", extra, pool, group="file")
             side.remove = lambda keys, sdk=side.backend.backend: _delete(sdk, keys)
+            side.resident = backend_name == "file"  # a slab's preallocated files have no directories to fill
             sides.append(side)
     return sides
 
@@ -198,9 +210,31 @@ def mooncake_sides(controllers: Any, pool: HostKVPool) -> tuple[list[Side], dict
     return sides, replaced
 
 
+def _remove_hicache_files(backend: Any, keys: list[str]) -> None:
+    """Unlink HiCacheFile's page files of ``keys`` (its ``clear`` would remove the resident pages too)."""
+    for key in keys:
+        os.remove(os.path.join(backend.file_path, f"{backend._get_suffixed_key(key)}.bin"))
+
+
 def _delete(sdk: Any, keys: list[str]) -> None:
     if not all(sdk.delete(keys)):
         raise RuntimeError(f"{type(sdk).__name__} could not delete what a repetition wrote")
+
+
+def add_resident_pages(sides: list[Side], pool: HostKVPool, batch: int, pages: int) -> None:
+    """Write ``pages`` pages of fresh keys to each side marked resident, in batches as a repetition does."""
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageExtraInfo
+
+    source = torch.arange(0, batch * PAGE_SIZE, dtype=torch.int64)
+    for side in sides:
+        if not side.resident:
+            continue
+        for begin in range(0, pages, batch):
+            count = min(batch, pages - begin)
+            keys = [secrets.token_hex(32) for _ in range(count)]
+            info = HiCacheStorageExtraInfo(prefix_keys=None)
+            if not side.controller.page_set_func(keys, source[: count * PAGE_SIZE], info):
+                raise SystemExit(f"{side.name}: could not write its resident pages")
 
 
 def run_side(side: Side, pool: HostKVPool, batch: int) -> None:
@@ -208,6 +242,8 @@ def run_side(side: Side, pool: HostKVPool, batch: int) -> None:
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageExtraInfo
 
     keys = [secrets.token_hex(32) for _ in range(batch)]
+    if side.group == "file":
+        os.sync()  # no side pays for the writeback of pages another wrote before it
     source = torch.arange(0, batch * PAGE_SIZE, dtype=torch.int64)
     target = torch.arange(batch * PAGE_SIZE, 2 * batch * PAGE_SIZE, dtype=torch.int64)
     pool.kv_buffer[:, batch * PAGE_SIZE :].zero_()  # page_first: (K/V, tokens, layers, heads, dims)
@@ -242,12 +278,22 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128, help="pages per call (SGLang sends at most 128)")
     parser.add_argument("--repeat", type=int, default=7, help="timed repetitions (after one untimed)")
     parser.add_argument("--dir", default=None, help="parent directory of the file group's data (default: temp)")
+    parser.add_argument(
+        "--resident-pages",
+        type=int,
+        default=None,
+        help="pages each directory-backed file side holds before timing (default: 8 batches; 0: empty stores)",
+    )
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
     groups = [g for g in args.groups.split(",") if g]
     unknown = set(groups) - {"file", "mooncake"}
     if unknown:
         raise SystemExit(f"unknown groups {sorted(unknown)}; expected file, mooncake")
+    if args.resident_pages is None:
+        args.resident_pages = 8 * args.batch
+    if args.resident_pages < 0:
+        raise SystemExit(f"--resident-pages must be >= 0, got {args.resident_pages}")
     reason = load_sglang_storage()
     if reason is not None:
         raise SystemExit(reason)
@@ -262,10 +308,13 @@ def main() -> None:
     try:
         if "file" in groups:
             sides += file_sides(controllers, pool, workdir, args.batch)
+            add_resident_pages(sides, pool, args.batch, args.resident_pages)
         if "mooncake" in groups:
             found, replaced = mooncake_sides(controllers, pool)
             sides += found
+        loads: list[list[float]] = []
         for repetition in range(args.repeat + 1):  # repetition 0 warms up
+            loads.append(load_average())
             for group in groups:
                 members = [side for side in sides if side.group == group]
                 shift = repetition % len(members)
@@ -276,6 +325,7 @@ def main() -> None:
                     side.write_s.clear()
                     side.read_s.clear()
         results = report(sides, groups, pool, args)
+        results["load_average_per_repetition"] = loads
     finally:
         for side in sides:
             close = getattr(side.backend, "close", None)
@@ -294,6 +344,17 @@ def report(sides: list[Side], groups: list[str], pool: HostKVPool, args: argpars
     mib = args.batch * pool.bytes_per_page / (1 << 20)
     by_name = {side.name: side for side in sides}
     out: dict[str, Any] = {"page_bytes": pool.bytes_per_page, "batch": args.batch, "repeat": args.repeat, "sides": {}}
+    if "file" in groups:
+        out["file_group"] = {
+            "sync_before_each_pass": True,
+            "resident_pages": args.resident_pages,
+            "resident_sides": [side.name for side in sides if side.resident],
+            "samples_ms": {  # per repetition, in order: the spread behind each median
+                side.name: {op: [round(t * 1e3, 2) for t in getattr(side, f"{op}_s")] for op in ("write", "read")}
+                for side in sides
+                if side.group == "file"
+            },
+        }
     for side in sides:
         row = {"write_s": summary(side.write_s), "read_s": summary(side.read_s)}
         row["write_mib_s"] = round(mib / row["write_s"]["median"], 1)

@@ -9,15 +9,14 @@ the list of writable memoryviews that make up one page (what backend primitives 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
 from .errors import ConfigError, HostPoolError
+from .page_allocator import PageAllocator
 
-__all__ = ["LAYOUTS", "HostKVPool", "dtype_name", "parse_dtype", "take_pages"]
+__all__ = ["LAYOUTS", "HostKVPool", "dtype_name", "parse_dtype"]
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 
@@ -42,25 +41,12 @@ def parse_dtype(value: str | torch.dtype) -> torch.dtype:
     return _DTYPES[name]
 
 
-def take_pages(free: list[int], count: int) -> list[int] | None:
-    """Pop ``count`` pages off the end of a free list (the order :meth:`list.pop` gives), or ``None`` if short."""
-    if count > len(free):
-        return None
-    if count == len(free):
-        pages = free[::-1]
-        free.clear()
-    else:
-        pages = free[: len(free) - count - 1 : -1]
-        del free[len(free) - count :]
-    return pages
-
-
 def dtype_name(dtype: torch.dtype) -> str:
     """Short name of a dtype, e.g. ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
 
 
-class HostKVPool:
+class HostKVPool(PageAllocator):
     """A host (CPU) KV pool of ``num_pages`` pages of ``page_size`` tokens.
 
     MHA buffer shapes: ``layer_first (2, L, size, H, D)``, ``page_first (2, size, L, H, D)``,
@@ -121,9 +107,7 @@ class HostKVPool:
         self._bytes = self.kv_buffer.view(-1).view(torch.uint8).numpy()
         self._segment_plan = self._plan_segments()
         self._page_views: list[list[memoryview] | None] = [None] * num_pages
-        self._lock = threading.Lock()
-        self._free_pages: list[int] = list(range(num_pages - 1, -1, -1))
-        self._owners: dict[int, object] = {}
+        self._init_allocator()
 
     # ----------------------------------------------------------------- geometry
     def _shape(self) -> tuple[int, ...]:
@@ -161,15 +145,6 @@ class HostKVPool:
     def segments_per_page(self) -> int:
         """Number of separate memory regions one page occupies (2 for MHA ``page_first``, ...)."""
         return len(self._segment_plan)
-
-    def _page_number(self, token_index: int) -> int:
-        index = int(token_index)
-        if index % self.page_size or not 0 <= index < self.size:
-            raise HostPoolError(
-                f"token index {index} is not the start of a page "
-                f"(expected a multiple of page_size={self.page_size} in [0, {self.size}))"
-            )
-        return index // self.page_size
 
     def page_segments(self, token_index: int) -> list[memoryview]:
         """Writable memoryviews (uint8) over the page starting at ``token_index``; no copy."""
@@ -240,82 +215,9 @@ class HostKVPool:
             offset += len(segment)
 
     # ----------------------------------------------------------------- allocator
-    @property
-    def free_pages(self) -> int:
-        """Number of pages not currently allocated."""
-        return len(self._free_pages)
-
-    @property
-    def used_pages(self) -> int:
-        """Number of pages currently allocated."""
-        return self.page_num - len(self._free_pages)
-
-    def available_size(self) -> int:
-        """Free capacity in tokens (SGLang's name)."""
-        return len(self._free_pages) * self.page_size
-
-    def alloc(self, num_tokens: int, owner: object = None) -> torch.Tensor | None:
-        """Allocate ``num_tokens`` (a multiple of ``page_size``) as token indices, or ``None`` if full."""
-        if num_tokens < 0 or num_tokens % self.page_size:
-            raise HostPoolError(f"alloc({num_tokens}): expected a non-negative multiple of page_size={self.page_size}")
-        pages = self.alloc_pages(num_tokens // self.page_size, owner)
-        if pages is None:
-            return None
-        if not pages:
-            return torch.empty(0, dtype=torch.int64)
-        offsets = torch.arange(self.page_size, dtype=torch.int64)
-        return (torch.tensor(pages, dtype=torch.int64)[:, None] * self.page_size + offsets).reshape(-1)
-
-    def alloc_pages(self, count: int, owner: object = None) -> list[int] | None:
-        """Allocate ``count`` pages as page numbers (what :meth:`alloc` hands out), or ``None`` if full."""
-        with self._lock:
-            pages = take_pages(self._free_pages, count)
-            if pages is not None:
-                self._owners.update(dict.fromkeys(pages, owner))
-        return pages
-
-    def free(self, indices: Sequence[int] | torch.Tensor) -> int:
-        """Return the pages of ``indices`` (token indices) to the pool; returns tokens freed.
-
-        Freeing a page that is not allocated raises :class:`HostPoolError` and frees nothing.
-        """
-        return self.release_pages([self._page_number(start) for start in self.page_starts(indices)])
-
-    def release_pages(self, pages: Sequence[int]) -> int:
-        """Return pages by page number (what :meth:`alloc_pages` handed out); returns tokens freed.
-
-        Freeing a page that is not allocated, or one page twice, raises :class:`HostPoolError` and frees nothing.
-        """
-        with self._lock:
-            owners = self._owners
-            if len(set(pages)) != len(pages):
-                raise HostPoolError(f"free(): the same page appears twice in one call: {list(pages)}")
-            unowned = [page for page in pages if page not in owners]
-            if unowned:
-                raise HostPoolError(f"free(): pages {unowned} are not allocated (double free?)")
-            for page in pages:
-                del owners[page]
-            self._free_pages.extend(reversed(pages))  # so the next alloc hands them out in ascending order
-        return len(pages) * self.page_size
-
-    def owner_of(self, token_index: int) -> object:
-        """Owner recorded at :meth:`alloc` for the page at ``token_index`` (raises if free)."""
-        page = self._page_number(token_index)
-        with self._lock:
-            if page not in self._owners:
-                raise HostPoolError(f"page at token {token_index} is not allocated")
-            return self._owners[page]
-
-    def owners(self) -> dict[int, Any]:
-        """Snapshot of page number → owner for every allocated page."""
-        with self._lock:
-            return dict(self._owners)
-
-    def clear(self) -> None:
-        """Free every page (the contents are left as they are)."""
-        with self._lock:
-            self._owners.clear()
-            self._free_pages = list(range(self.page_num - 1, -1, -1))
+    def _page_numbers(self, indices: Sequence[int] | torch.Tensor) -> list[int]:
+        """Page numbers of the page starts in ``indices`` (every ``page_size``-th token index)."""
+        return [self._page_number(start) for start in self.page_starts(indices)]
 
     def __repr__(self) -> str:
         kind = "MLA" if self.is_mla else "MHA"

@@ -97,15 +97,19 @@ def _accepts(annotation: Any, value: Any) -> bool:
 def parse_options(options_cls: type[T], values: Mapping[str, Any], *, prefix: str = "extra_config") -> T:
     """Build ``options_cls`` (a dataclass) from ``values``.
 
-    Raises :class:`ConfigError` for an unknown option (listing the valid ones), a missing required
-    option, or a value whose type does not match the field annotation. ``__post_init__`` of the
-    dataclass may raise :class:`ConfigError` for semantic checks.
+    Raises :class:`ConfigError` for an unknown option (listing the valid ones; for a name in the class's
+    ``removed_options`` mapping, saying what replaced it), a missing required option, or a value whose
+    type does not match the field annotation. ``__post_init__`` of the dataclass may raise
+    :class:`ConfigError` for semantic checks.
     """
     if not dataclasses.is_dataclass(options_cls):
         raise TypeError(f"{options_cls!r} is not a dataclass")
     hints = typing.get_type_hints(options_cls)
     fields = {f.name: f for f in dataclasses.fields(options_cls) if f.init}
+    removed: Mapping[str, str] = getattr(options_cls, "removed_options", {})
     for name in values:
+        if name in removed and name not in fields:
+            raise ConfigError(f"{prefix}.{name}", f"no longer an option: {removed[name]}")
         if name not in fields:
             valid = ", ".join(sorted(fields)) or "none"
             raise ConfigError(f"{prefix}.{name}", f"unknown option{did_you_mean(name, fields)}; valid options: {valid}")

@@ -84,11 +84,11 @@ def test_a_too_small_sim_store_warns_through_its_stats(caplog: pytest.LogCapture
 
 def test_a_slab_too_small_for_its_workload_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     pool = HostKVPool(num_pages=64, page_size=16, layer_num=1, head_num=1, head_dim=256, dtype="bfloat16")
-    extra = {"path": str(tmp_path), "capacity_bytes": 1 << 20, "manifests": False}
+    extra = {"path": str(tmp_path), "capacity_bytes": 8 << 20, "manifests": False}
     with load_backend("slab", make_config("m", extra_config=extra)) as storage:
         storage.register_mem_pool_host(pool)
         with caplog.at_level(logging.WARNING, logger="hicache_storage.evictions"):
-            for _ in range(12):  # 768 pages of 16 KiB: 12 MiB into a 1 MiB slab
+            for _ in range(12):  # 768 pages of 16 KiB: 12 MiB into an 8 MiB store
                 storage.batch_set_v1(kit.random_keys(64), kit.page_indices(0, 64, pool.page_size))
         counters = storage.get_stats()["counters"]
         assert counters["evictions"] > 0 and counters["eviction_pressure"] >= 1

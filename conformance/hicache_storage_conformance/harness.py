@@ -23,7 +23,7 @@ from hicache_storage.testing.layers import FaultPoints, Wrapper
 
 from . import skips
 from .categories import category_of
-from .checks import SENTINEL, Mismatch, check_pages
+from .checks import SENTINEL, Mismatch, check_equal, check_pages
 from .hooks import SideChannelUnavailable
 from .pages import PoolSpec, host_indices, make_pool, page_content, read_slot, tensor_bytes, tensor_of, write_slot
 from .target import BackendUnderTest
@@ -122,6 +122,20 @@ class Handle:
         """Each page of ``got`` is its key's page at its version (``None``: a miss is due); a miss for a
         hit is accepted when the backend ``may_evict``. Raises :class:`Mismatch` naming the first wrong page."""
         check_pages(got, keys, versions, what, may_evict=self.harness.caps.may_evict, rule=rule)
+
+    def store(self, keys: Sequence[str], versions: int | Sequence[int], what: str, rule: str = "") -> None:
+        """:meth:`put` the pages; raises :class:`Mismatch` (``what``) unless every write answers ``True``."""
+        check_equal(self.put(keys, versions), [True] * len(keys), what, rule=rule)
+
+    def store_fresh(self, count: int, versions: int | Sequence[int], what: str, rule: str = "") -> list[str]:
+        """:meth:`store` the pages of ``count`` fresh keys (:meth:`Harness.keys`); returns the keys."""
+        keys = self.harness.keys(count)
+        self.store(keys, versions, what, rule)
+        return keys
+
+    def expect(self, keys: Sequence[str], versions: int | Sequence[int | None], what: str, rule: str = "") -> None:
+        """:meth:`fetch` the pages and :meth:`check_pages` them (``None``: a miss is due)."""
+        self.check_pages(self.fetch(keys), keys, versions, what, rule=rule)
 
     def storage_key(self, key: str) -> str:
         """The key the backend stores ``key`` under (the bare key for SGLang-surface classes)."""

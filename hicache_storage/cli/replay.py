@@ -84,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prefill-tokens-per-s", type=positive_float, default=20_000.0, help="prefill rate for TTFT")
     parser.add_argument("--no-clear", action="store_true", help="do not clear the backend before each mode")
+    parser.add_argument(
+        "--pass-prefix-keys",
+        action="store_true",
+        help="name the earlier pages of the chain in every storage call of cache mode (extra_info.prefix_keys), as "
+        "SGLang does with hicache_storage_pass_prefix_keys set in its storage extra config",
+    )
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--plot", help="write PNG plots to this directory")
     parser.add_argument("--plot-prefix", default="replay", help="file name prefix of the plots")
@@ -120,6 +126,7 @@ def _engine_config(args: argparse.Namespace, mode: str, model: ModelPreset | Non
         shape=_shape(args),
         prefill_tokens_per_s=args.prefill_tokens_per_s,
         model=model,
+        pass_prefix_keys=args.pass_prefix_keys,
     )
 
 

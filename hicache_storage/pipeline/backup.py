@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidRequestError
 from .device_pool import tokens_to_pages
+from .inflight import InFlight
 from .parts import Stage, StageParts
 from .sidecars import Units
 from .types import BackupDecision, BackupResult, Span
@@ -53,7 +54,7 @@ class BackupStage(Stage):
         #: Most tokens one tick may stage: what the staging pool could ever hold for writes.
         self.max_budget_tokens = max(int(0.2 * host_tokens), host_tokens - host_tokens // 10)
         self.fifo: deque[_Intent] = deque()
-        self.inflight_hashes: dict[str, int] = {}
+        self.inflight_hashes = InFlight()
         self.inflight_ids: dict[int | str, str] = {}  # span id -> its last page hash
         self.backlog_tokens = 0
         self.results: list[BackupResult] = []
@@ -81,12 +82,13 @@ class BackupStage(Stage):
                 parent = self.inflight_ids[span.parent_id]
             intent = _Intent(span, hashes, device_pages if kv_needed else [], parent, self.clock(), sidecars)
             self.fifo.append(intent)
-            self._hold(intent.hashes if kv_needed else [], +1)
+            if kv_needed:
+                self.inflight_hashes.add(intent.hashes)
             self.inflight_ids[span.span_id] = hashes[-1]
             self.backlog_tokens += intent.pages * self.page_size
             for name, units in sidecars.items():
                 item = self.sidecars.by_name[name]
-                item.hold(units.hashes, +1)
+                item.inflight.add(units.hashes)
                 item.backlog += len(units)
             self.metrics.add("backup_admitted_tokens", tokens)
         elif decision is BackupDecision.SKIPPED:
@@ -101,29 +103,26 @@ class BackupStage(Stage):
         """Per sidecar the span offers: the units its rule writes that are not believed stored or in flight."""
         found: dict[str, Units] = {}
         offered = span.sidecars or {}
-        unknown = set(offered) - set(self.sidecars.by_name)
-        if unknown:
+        if not offered.keys() <= self.sidecars.by_name.keys():
+            unknown = set(offered) - set(self.sidecars.by_name)
             raise InvalidRequestError(f"span {span.span_id!r}: unknown sidecar components {sorted(unknown)}")
         for item in self.sidecars.items:
             indices = offered.get(item.name)
             if indices is None:
                 continue
-            positions = list(item.component.backup_positions(0, len(hashes)))
-            device = item.component.device_units(indices, len(positions), f"span {span.span_id!r}")
-            wanted = [hashes[position] for position in positions]
+            wanted = [hashes[position] for position in item.component.backup_positions(0, len(hashes))]
+            device = item.component.device_units(indices, len(wanted), f"span {span.span_id!r}")
             keep = [
                 i
                 for i, page_hash in enumerate(wanted)
                 if page_hash not in item.inflight and not self.existence.contains(item.name, page_hash)
             ]
-            item.row["units_offered"] += len(positions)
-            item.row["units_skipped"] += len(positions) - len(keep)
-            if len(keep) == len(positions):
-                found[item.name] = Units(positions, wanted, device)
+            item.row["units_offered"] += len(wanted)
+            item.row["units_skipped"] += len(wanted) - len(keep)
+            if len(keep) == len(wanted):
+                found[item.name] = Units(wanted, device)
             elif keep:
-                found[item.name] = Units(
-                    [positions[i] for i in keep], [wanted[i] for i in keep], [device[i] for i in keep]
-                )
+                found[item.name] = Units([wanted[i] for i in keep], [device[i] for i in keep])
         return found
 
     def _kv_covered(self, hashes: list[str]) -> bool:
@@ -163,16 +162,6 @@ class BackupStage(Stage):
 
     def _hash_covered(self, page_hash: str) -> bool:
         return page_hash in self.inflight_hashes or self.existence.contains(self.config.pool_name, page_hash)
-
-    def _hold(self, hashes: list[str], delta: int) -> None:
-        held = self.inflight_hashes
-        get = held.get
-        for page_hash in hashes:
-            count = get(page_hash, 0) + delta
-            if count:
-                held[page_hash] = count
-            else:
-                del held[page_hash]
 
     # ------------------------------------------------------------ flush
     def budget_tokens(self, prefetch_occupied_tokens: int) -> int:
@@ -255,15 +244,17 @@ class BackupStage(Stage):
         written: set[str] = set()  # KV pages sent by earlier intents of the batch
         released: dict[str, int] = {}  # in-flight holds of earlier intents left out
         sent: list[bool] = []
-        for intent, _ in batch:
-            hashes = intent.hashes[: intent.pages] if intent.pages else []
+        last = len(batch) - 1
+        for index, (intent, _) in enumerate(batch):
+            # What an intent sends or leaves out matters only to the intents after it.
+            hashes = intent.hashes[: intent.pages] if intent.pages and index < last else []
             parent = intent.parent_hash
             send = (
                 not intent.pages
                 or parent is None
                 or parent in written
                 or self.existence.holds(pool, parent)
-                or self.inflight_hashes.get(parent, 0) > released.get(parent, 0)
+                or self.inflight_hashes.count(parent) > released.get(parent, 0)
             )
             sent.append(send)
             if send:
@@ -310,13 +301,14 @@ class BackupStage(Stage):
         self._finish(intent, "dropped_parent", 0, {})
 
     def _finish(self, intent: _Intent, status: str, stored: int, side: dict[str, int]) -> None:
-        self._hold(intent.hashes[: intent.pages] if intent.pages else [], -1)
+        if intent.pages:
+            self.inflight_hashes.remove(intent.hashes[: intent.pages])
         if self.inflight_ids.get(intent.span.span_id) == intent.hashes[-1]:
             del self.inflight_ids[intent.span.span_id]
         self.backlog_tokens -= intent.pages * self.page_size
         for name, units in intent.sidecars.items():
             item = self.sidecars.by_name[name]
-            item.hold(units.hashes, -1)
+            item.inflight.remove(units.hashes)
             item.backlog -= len(units)
         self.results.append(BackupResult(intent.span.span_id, status, stored, len(intent.hashes), dict(side)))
         self.log("backup_done", intent.span.span_id, status, stored, *sorted(side.items()))

@@ -26,6 +26,8 @@ __all__ = ["CopyEngine", "CopyHandle", "byte_array", "copy_runs", "page_runs"]
 def page_runs(dst: Sequence[int], src: Sequence[int]) -> list[tuple[int, int, int]]:
     """``(dst start, src start, length)`` runs covering the pairs ``dst[i] <- src[i]`` in order."""
     count = len(dst)
+    if count == 1 == len(src):
+        return [(dst[0], src[0], 1)]
     if count and count == len(src) and _consecutive(dst) and _consecutive(src):
         return [(dst[0], src[0], count)]
     runs: list[tuple[int, int, int]] = []
@@ -42,7 +44,8 @@ def page_runs(dst: Sequence[int], src: Sequence[int]) -> list[tuple[int, int, in
 def _consecutive(pages: Sequence[int]) -> bool:
     """Whether ``pages`` count up by one from the first."""
     first = pages[0]
-    return pages[-1] - first == len(pages) - 1 and list(pages) == list(range(first, first + len(pages)))
+    listed = pages if type(pages) is list else list(pages)
+    return pages[-1] - first == len(pages) - 1 and listed == list(range(first, first + len(pages)))
 
 
 def byte_array(tensor: torch.Tensor) -> np.ndarray | None:

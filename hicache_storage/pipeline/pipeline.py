@@ -98,7 +98,7 @@ class BufferOnlyPipeline:
         self.ticks = 0
         self.decisions: list[tuple[Any, ...]] = []
         self._metrics = PipelineMetrics()
-        self.existence = StorageExistenceCache(config.existence_cache_entries)
+        self.existence = StorageExistenceCache(config.existence_cache_entries, config.pool_name)
         self.buffer_cache = BufferPageCache() if config.retain_staged_pages else None
         self.staging = HostStaging(host_pool, self.buffer_cache, self._metrics)
         self.copier = CopyEngine(device_pool, host_pool)
@@ -140,7 +140,8 @@ class BufferOnlyPipeline:
         self.ticks += 1
         self._metrics.add("ticks")
         self._prefetch.run(self.ticks)
-        self._backup.flush(self._prefetch.occupied_tokens(), self._prefetch.occupied_units())
+        if self._backup.fifo:  # (the budgets need the loads' holdings)
+            self._backup.flush(self._prefetch.occupied_tokens(), self._prefetch.occupied_units())
         self._refresh_gauges()
 
     def admit(self, request_id: str, splice_point: int, device_pages: Sequence[int] | None = None) -> Admission:

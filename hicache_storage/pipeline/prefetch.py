@@ -261,6 +261,8 @@ class PrefetchStage(Stage):
 
     def occupied_units(self) -> dict[str, int]:
         """Host units per sidecar held by loads and copies in flight."""
+        if not self.sidecars:
+            return {}
         holders = [load.sidecars for load in self.active.values()] + [copy.sidecars for copy in self.copies]
         return self.sidecars.occupied(holders)
 
@@ -280,7 +282,7 @@ class PrefetchStage(Stage):
     def _lookup(self, load: _Load) -> None:
         cap = self.staging.pool.page_num
         hashes = load.request.hashes
-        keys = list(hashes[load.start :])[:cap]
+        keys = list(hashes[load.start : load.start + cap])
         begin = self.clock()
         if self.sidecars:
             hit, kv_found = self._lookup_pools(load, cap)
@@ -302,8 +304,9 @@ class PrefetchStage(Stage):
         start = load.start
         hashes = load.request.hashes
         offset = max(0, start - self.sidecars.overlap)
-        keys = list(hashes[offset : start + cap])
-        found = self.storage.restorable(keys, self.sidecars.lookup_pools, offset=offset, after=start)
+        found = self.storage.restorable(
+            hashes[offset : start + cap], self.sidecars.lookup_pools, offset=offset, after=start
+        )
         load.restorable = found.lengths  # ascending, each in (start, start + cap]
         if self.rank_sync is not None:
             agreed = self.rank_sync.agree(load.request.request_id, "query", frozenset(found.lengths))

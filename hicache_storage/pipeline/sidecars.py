@@ -17,6 +17,7 @@ from typing import Any
 from .components.base import Component, UnitStaging
 from .copy_engine import CopyHandle
 from .existence import StorageExistenceCache
+from .inflight import InFlight
 from .metrics import PipelineMetrics
 from .storage_calls import MultiPoolCalls, PoolPart
 
@@ -25,9 +26,8 @@ __all__ = ["Sidecar", "Sidecars", "Units"]
 
 @dataclass
 class Units:
-    """One sidecar's share of an operation: the positions, their KV page hashes, device and host units."""
+    """One sidecar's share of an operation: the KV page hashes of its positions, device and host units."""
 
-    positions: list[int]
     hashes: list[str]
     device: list[int] = field(default_factory=list)
     host: list[int] = field(default_factory=list)
@@ -46,28 +46,21 @@ class Sidecar:
         self.staging = UnitStaging(component, host_pool)
         self.copier = component.copier(host_pool)
         self.unit_bytes = component.unit_bytes
+        self.unit_tokens = component.unit_tokens
         units = self.staging.units
         #: Most units one tick may stage for backups (what the host pool could ever hold for writes).
         self.max_budget = max(int(0.2 * units), units - units // 10)
         #: Backlog cap in units: ``cap_ratio`` x the device pool's units (the KV cap's ratio to KV tokens).
         self.cap = max(1, math.ceil(cap_ratio * component.device.page_num))
         self.backlog = 0
-        self.inflight: dict[str, int] = {}
+        #: Unit hashes with writes in flight.
+        self.inflight = InFlight()
         self.row = metrics.add_component(self.name)
 
     def budget(self, occupied: int) -> int:
         """This tick's write budget in units (loads have priority), as for KV."""
         units = self.staging.units
         return max(int(0.2 * units), units - occupied - units // 10)
-
-    def hold(self, hashes: Iterable[str], delta: int) -> None:
-        """Count writes in flight per hash."""
-        for page_hash in hashes:
-            count = self.inflight.get(page_hash, 0) + delta
-            if count:
-                self.inflight[page_hash] = count
-            else:
-                del self.inflight[page_hash]
 
 
 class Sidecars:
@@ -95,11 +88,9 @@ class Sidecars:
     # ------------------------------------------------------------ plans
     def plan_restore(self, hashes: Sequence[str], start: int, end: int) -> dict[str, Units]:
         """Each sidecar's units for restoring the prefix of ``end`` pages (device holds ``start``)."""
-        plan: dict[str, Units] = {}
-        for item in self.items:
-            positions = list(item.component.restore_positions(start, end))
-            plan[item.name] = Units(positions, [hashes[p] for p in positions])
-        return plan
+        return {
+            item.name: Units([hashes[p] for p in item.component.restore_positions(start, end)]) for item in self.items
+        }
 
     # ------------------------------------------------------------ host units
     def alloc(self, parts: dict[str, Units], owner: object) -> bool:
@@ -135,10 +126,14 @@ class Sidecars:
     def to_host(self, batch: Sequence[dict[str, Units]]) -> None:
         """Copy the device units of every part of ``batch`` into their host units (one copy per sidecar)."""
         for item in self.items:
-            device = [u for parts in batch if item.name in parts for u in parts[item.name].device]
+            mine = [parts[item.name] for parts in batch if item.name in parts]
+            if len(mine) == 1:
+                device, host = mine[0].device, mine[0].host
+            else:
+                device = [u for units in mine for u in units.device]
+                host = [u for units in mine for u in units.host]
             if not device:
                 continue
-            host = [u for parts in batch if item.name in parts for u in parts[item.name].host]
             item.copier.device_to_host(device, host).wait()
             item.row["bytes_device_to_host"] += len(device) * item.unit_bytes
 
@@ -169,7 +164,7 @@ class Sidecars:
                 hashes += units.hashes
                 host += units.host
         pool_parts = [
-            PoolPart(name, self.by_name[name].component.unit_tokens, hashes, host)
+            PoolPart(name, self.by_name[name].unit_tokens, hashes, host)
             for name, (hashes, host) in merged.items()
             if hashes
         ]
@@ -211,7 +206,7 @@ class Sidecars:
         for name, units in parts.items():
             item = self.by_name[name]
             ok = flags.get(name, [])
-            good = sum(1 for flag in ok if flag)
+            good = ok.count(True)
             item.row["units_read"] += good
             item.row["bytes_read"] += good * item.unit_bytes
             if good < len(units):
@@ -223,7 +218,7 @@ class Sidecars:
 
     def _parts(self, parts: dict[str, Units]) -> list[PoolPart]:
         return [
-            PoolPart(name, self.by_name[name].component.unit_tokens, units.hashes, units.host)
+            PoolPart(name, self.by_name[name].unit_tokens, units.hashes, units.host)
             for name, units in parts.items()
             if len(units)
         ]

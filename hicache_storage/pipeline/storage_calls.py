@@ -7,8 +7,7 @@ batch calls must not raise) counts as a miss or a failed write and is counted in
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..contract import HiCacheStorage
 from ..pools import PoolHitPolicy, PoolName, PoolTransfer, pool_name_str
@@ -71,14 +70,16 @@ class StorageCalls:
     def _leading(self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]) -> int:
         done = 0
         for flags in self._batches(call, hashes, host_pages):
-            for ok in flags:
-                if not ok:
-                    return done
-                done += 1
+            if False in flags:
+                return done + flags.index(False)
+            done += len(flags)
         return done
 
     def _each(self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]) -> list[bool]:
-        return [ok for flags in self._batches(call, hashes, host_pages) for ok in flags]
+        out: list[bool] = []
+        for flags in self._batches(call, hashes, host_pages):
+            out += flags
+        return out
 
     def _batches(
         self, call: Callable[..., Any], hashes: Sequence[str], host_pages: Sequence[int]
@@ -98,8 +99,7 @@ class StorageCalls:
                 yield [ok is True for ok in results]
 
 
-@dataclass(frozen=True)
-class PoolPart:
+class PoolPart(NamedTuple):
     """One sidecar pool's share of a v2 transfer: its pool name, slots per unit, keys and host units."""
 
     name: str
@@ -108,8 +108,7 @@ class PoolPart:
     units: Sequence[int]
 
 
-@dataclass(frozen=True)
-class Restorable:
+class Restorable(NamedTuple):
     """What a multi-pool lookup found: all positions absolute (pages from the chain's start).
 
     ``kv_end``: end of the leading run of stored KV pages; ``lengths``: restorable prefix ends
@@ -154,8 +153,11 @@ class MultiPoolCalls(StorageCalls):
                 break
             base = offset + low
             cut = begin - low
-            lengths += [base + length for length in found if length > cut]
-            sparse = sparse or len(found) != (found[-1] if found else 0)
+            if type(found) is range:  # every prefix 1..n: the new ones in one call
+                lengths += range(base + cut + 1, base + found.stop)
+            else:
+                lengths += [base + length for length in found if length > cut]
+                sparse = sparse or len(found) != (found[-1] if found else 0)
             for pool in pools:
                 hit = hits.get(pool.name, 0)
                 if hit:
@@ -215,19 +217,29 @@ def _flags(results: dict[Any, Any], name: str, count: int) -> list[bool] | None:
 _KV = PoolName.KV.value
 
 
-def _exists_result(result: Any, keys: int) -> tuple[int, list[int], dict[str, int]]:
-    """(KV run, restorable lengths, pool boundaries) of a ``PoolTransferResult``; raises on a malformed one."""
+def _exists_result(result: Any, keys: int) -> tuple[int, Sequence[int], dict[str, int]]:
+    """(KV run, restorable lengths, pool boundaries) of a ``PoolTransferResult``; raises on a malformed one.
+
+    The lengths are a ``range(1, n + 1)`` when every prefix up to ``n`` is restorable, else a list.
+    """
     kv_hit = result.kv_hit_pages
     hits = result.extra_pool_hit_pages or {}
     found = result.restorable_prefix_pages
     if isinstance(kv_hit, bool) or not isinstance(kv_hit, int) or not 0 <= kv_hit <= keys:
         raise TypeError(f"kv_hit_pages {kv_hit!r} is not a page count of {keys} keys")
+    lengths: Sequence[int]
     if found is None:  # a backend without sparse boundaries: a contiguous prefix
-        found = list(range(1, kv_hit + 1))
-    if found and found[0] > 0 and found[-1] <= keys and found == sorted(found):
+        lengths = range(1, kv_hit + 1)
+        top = kv_hit
+    elif type(found) is list and 0 < len(found) <= keys and found == list(range(1, len(found) + 1)):
+        lengths = range(1, len(found) + 1)
+        top = len(found)
+    elif found and found[0] > 0 and found[-1] <= keys and found == sorted(found):
         lengths = list(found)  # ascending within range: the filter below would keep every one
+        top = lengths[-1]
     else:
         lengths = [n for n in found if 0 < n <= keys]  # a non-number raises: the answer counts as an error
+        top = max(lengths, default=0)
     kv_run = int(hits.get(_KV, kv_hit))  # the KV pool is named only with a non-zero run
-    kv_run = min(max(kv_run, max(lengths, default=0)), keys)
+    kv_run = min(max(kv_run, top), keys)
     return kv_run, lengths, {pool_name_str(k): int(v) for k, v in hits.items()}

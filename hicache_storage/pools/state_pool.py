@@ -4,23 +4,23 @@ Recurrent state is kept per node boundary, not per token page: a slot holds one 
 every state component for all layers. The pool offers what storage backends read from a host
 pool (``page_size`` 1, ``size``, ``dtype``, ``layout``, ``size_per_token``, ``get_page_buffer_meta``,
 ``get_data_page``, ``get_dummy_flat_data_page``, ``set_from_flat_data_page``) plus
-:meth:`HostStatePool.page_segments`, and a slot allocator like
-:class:`~hicache_storage.host_pool.HostKVPool`'s. A slot's byte image is the temporal state, then
-each conv state, as in SGLang's Mamba host pool.
+:meth:`HostStatePool.page_segments`, and the host KV pool's allocator
+(:class:`~hicache_storage.page_allocator.PageAllocator`, pages of one slot). A slot's byte image is
+the temporal state, then each conv state, as in SGLang's Mamba host pool.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from typing_extensions import Required, TypedDict
 
 from ..errors import ConfigError, HostPoolError
 from ..host_pool import parse_dtype
+from ..page_allocator import PageAllocator
 
 __all__ = ["HostStatePool", "StateGeometry", "state_geometry"]
 
@@ -48,11 +48,12 @@ def state_geometry(pool: Any) -> StateGeometry:
     return cast(StateGeometry, {name: getattr(pool, name) for name in StateGeometry.__annotations__})
 
 
-class HostStatePool:
+class HostStatePool(PageAllocator):
     """``num_slots`` state slots, each a temporal state and conv states (``conv_shapes``) for every layer."""
 
     layout = "page_first"
     page_size = 1
+    unit_name: ClassVar[str] = "state slots"
 
     def __init__(
         self,
@@ -87,11 +88,9 @@ class HostStatePool:
         self.component_bytes = [int(math.prod(t.shape[1:])) * t.element_size() for t in self._components]
         self.size_per_token = sum(self.component_bytes)
         self.bytes_per_page = self.size_per_token
-        self._free = list(range(num_slots - 1, -1, -1))
-        self._owners: dict[int, Any] = {}
-        self._lock = threading.Lock()
+        self._init_allocator()
 
-    def _slot(self, index: int) -> int:
+    def _page_number(self, index: int) -> int:
         slot = int(index)
         if not 0 <= slot < self.size:
             raise HostPoolError(f"state slot {slot} is outside the pool (size {self.size})")
@@ -99,7 +98,7 @@ class HostStatePool:
 
     def page_segments(self, index: int) -> list[memoryview]:
         """Writable views of slot ``index``: the temporal state, then each conv state."""
-        slot = self._slot(index)
+        slot = self._page_number(index)
         return [memoryview(array[slot]) for array in self._bytes]
 
     def get_page_buffer_meta(self, indices: Sequence[int] | torch.Tensor) -> tuple[list[int], list[int]]:
@@ -107,7 +106,7 @@ class HostStatePool:
         ptrs: list[int] = []
         sizes: list[int] = []
         for index in torch.as_tensor(indices).reshape(-1).tolist():
-            slot = self._slot(index)
+            slot = self._page_number(index)
             for tensor, nbytes in zip(self._components, self.component_bytes, strict=True):
                 ptrs.append(int(tensor.data_ptr()) + slot * nbytes)
                 sizes.append(nbytes)
@@ -115,7 +114,7 @@ class HostStatePool:
 
     def get_data_page(self, index: int, flat: bool = True) -> torch.Tensor:
         """A copy of slot ``index``'s bytes (uint8), components in order."""
-        slot = self._slot(index)
+        slot = self._page_number(index)
         return torch.cat([torch.from_numpy(array[slot].copy()) for array in self._bytes])
 
     def get_dummy_flat_data_page(self) -> torch.Tensor:
@@ -124,7 +123,7 @@ class HostStatePool:
 
     def set_from_flat_data_page(self, index: int, data_page: torch.Tensor) -> None:
         """Fill slot ``index`` from a flat image of :attr:`size_per_token` bytes."""
-        slot = self._slot(index)
+        slot = self._page_number(index)
         flat = data_page.contiguous().view(torch.uint8).reshape(-1).numpy()
         if flat.size != self.size_per_token:
             raise HostPoolError(f"state slot image has {flat.size} bytes, expected {self.size_per_token}")
@@ -139,46 +138,8 @@ class HostStatePool:
         for array in self._bytes:
             array[:] = torch.randint(0, 256, array.shape, dtype=torch.uint8, generator=generator).numpy()
 
-    def available_size(self) -> int:
-        """Free slots."""
-        with self._lock:
-            return len(self._free)
-
-    def alloc(self, num_slots: int, owner: object = None) -> torch.Tensor | None:
-        """``num_slots`` free slot indices recorded as ``owner``'s, or ``None`` if fewer are free."""
-        with self._lock:
-            if num_slots > len(self._free):
-                return None
-            taken = [self._free.pop() for _ in range(num_slots)]
-            for slot in taken:
-                self._owners[slot] = owner
-        return torch.tensor(taken, dtype=torch.int64)
-
-    def free(self, indices: Sequence[int] | torch.Tensor) -> int:
-        """Return slots to the pool; freeing a free slot raises :class:`HostPoolError`."""
-        slots = [self._slot(i) for i in torch.as_tensor(indices).reshape(-1).tolist()]
-        with self._lock:
-            free = set(self._free)
-            for slot in slots:
-                if slot in free:
-                    raise HostPoolError(f"state slot {slot} is already free")
-                free.add(slot)
-                self._free.append(slot)
-                self._owners.pop(slot, None)
-        return len(slots)
-
-    def owner_of(self, index: int) -> object:
-        """Owner recorded at :meth:`alloc` for slot ``index`` (raises if the slot is free)."""
-        slot = self._slot(index)
-        with self._lock:
-            if slot not in self._owners:
-                raise HostPoolError(f"state slot {slot} is not allocated")
-            return self._owners[slot]
-
-    def owners(self) -> dict[int, Any]:
-        """Snapshot of slot → owner for every allocated slot."""
-        with self._lock:
-            return dict(self._owners)
+    def _page_numbers(self, indices: Sequence[int] | torch.Tensor) -> list[int]:
+        return [self._page_number(i) for i in torch.as_tensor(indices).reshape(-1).tolist()]
 
     def __repr__(self) -> str:
         return f"<HostStatePool slots={self.size} layers={self.num_mamba_layers} bytes/slot={self.size_per_token}>"

@@ -60,6 +60,9 @@ class EngineConfig:
     shape: ModelShape = ModelShape()
     prefill_tokens_per_s: float = 20_000.0
     model: ModelPreset | None = None  # a model geometry; its KV gets ``shape``'s bytes per token
+    #: Name the earlier pages of the chain in each storage call (``extra_info.prefix_keys``), as SGLang
+    #: does with ``hicache_storage_pass_prefix_keys`` set in its storage extra config (cache mode, KV pages).
+    pass_prefix_keys: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

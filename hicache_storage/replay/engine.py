@@ -80,7 +80,8 @@ class ReplayEngine:
                     checkpoint_pages=every,
                 )
             else:
-                self.tier = CacheTier(self.device, host, StorageIO(backend, host))
+                storage = StorageIO(backend, host, pass_prefix_keys=config.pass_prefix_keys)
+                self.tier = CacheTier(self.device, host, storage)
         else:
             self.tier = BufferOnlyTier(
                 self.device,

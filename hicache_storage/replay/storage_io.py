@@ -6,8 +6,10 @@ counters), else the wall time the SDK measured around each call.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from ..config import HiCacheStorageExtraInfo
 from ..contract import HiCacheStorage
 from ..pipeline import pages_to_tokens
 
@@ -47,36 +49,48 @@ def io_summary(backend: HiCacheStorage) -> dict[str, Any]:
 
 
 class StorageIO:
-    """Batched calls against a backend whose host pool is ``pool`` (slots are host page numbers)."""
+    """Batched calls against a backend whose host pool is ``pool`` (slots are host page numbers).
 
-    def __init__(self, backend: HiCacheStorage, pool: Any) -> None:
+    With ``pass_prefix_keys`` every call names the pages before its first one in their chain
+    (``extra_info.prefix_keys``: the ``prefix`` a method is given, then the earlier batches), as
+    SGLang does with ``hicache_storage_pass_prefix_keys`` set in its storage extra config.
+    """
+
+    def __init__(self, backend: HiCacheStorage, pool: Any, *, pass_prefix_keys: bool = False) -> None:
         self.backend = backend
         self.page_size = int(pool.page_size)
+        self.pass_prefix_keys = pass_prefix_keys
 
-    def exists_prefix(self, hashes: list[str]) -> int:
+    def _info(self, prefix: Sequence[str], hashes: list[str], start: int) -> HiCacheStorageExtraInfo | None:
+        if not self.pass_prefix_keys:
+            return None
+        return HiCacheStorageExtraInfo(prefix_keys=[*prefix, *hashes[:start]])
+
+    def exists_prefix(self, hashes: list[str], prefix: Sequence[str] = ()) -> int:
         """Leading run of stored pages (batches of 128, stopping at the first short one)."""
         found = 0
         for start in range(0, len(hashes), STORAGE_BATCH):
             chunk = hashes[start : start + STORAGE_BATCH]
-            hit = self.backend.batch_exists(chunk)
+            hit = self.backend.batch_exists(chunk, self._info(prefix, hashes, start))
             found += hit
             if hit < len(chunk):
                 break
         return found
 
-    def read(self, hashes: list[str], slots: list[int]) -> int:
+    def read(self, hashes: list[str], slots: list[int], prefix: Sequence[str] = ()) -> int:
         """Read pages into host ``slots``; returns the leading run read."""
-        return self._run(self.backend.batch_get_v1, hashes, slots)
+        return self._run(self.backend.batch_get_v1, hashes, slots, prefix)
 
-    def write(self, hashes: list[str], slots: list[int]) -> int:
+    def write(self, hashes: list[str], slots: list[int], prefix: Sequence[str] = ()) -> int:
         """Write pages from host ``slots``; returns the leading run stored (stops at a failed batch)."""
-        return self._run(self.backend.batch_set_v1, hashes, slots)
+        return self._run(self.backend.batch_set_v1, hashes, slots, prefix)
 
-    def _run(self, call: Any, hashes: list[str], slots: list[int]) -> int:
+    def _run(self, call: Any, hashes: list[str], slots: list[int], prefix: Sequence[str]) -> int:
         done = 0
         for start in range(0, len(hashes), STORAGE_BATCH):
             chunk = hashes[start : start + STORAGE_BATCH]
-            ok = _leading(call(chunk, pages_to_tokens(slots[start : start + STORAGE_BATCH], self.page_size)))
+            tokens = pages_to_tokens(slots[start : start + STORAGE_BATCH], self.page_size)
+            ok = _leading(call(chunk, tokens, self._info(prefix, hashes, start)))
             done += ok
             if ok < len(chunk):
                 break

@@ -7,6 +7,7 @@ the engine just computed (``backup``). Loaded pages are checked against their ex
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -76,9 +77,9 @@ class StorageTier:
         self.gate_drops: Counter[str] = Counter()
         self.corrupt_pages = 0
 
-    def _read_checked(self, hashes: list[str], host_slots: list[int]) -> int:
+    def _read_checked(self, hashes: list[str], host_slots: list[int], prefix: Sequence[str] = ()) -> int:
         """Read into host slots; returns the leading run read *and* verified."""
-        read = self.storage.read(hashes, host_slots)
+        read = self.storage.read(hashes, host_slots, prefix)
         good = matching_prefix(self.host, host_slots[:read], hashes[:read])
         self.corrupt_pages += read - good
         return good
@@ -104,12 +105,12 @@ class CacheTier(StorageTier):
         wanted = hashes[first : start + limit]
         if not wanted:
             return outcome
-        found = self.storage.exists_prefix(wanted)
+        found = self.storage.exists_prefix(wanted, hashes[:first])
         outcome.kv_pages += found
         if not found:
             return outcome
         slots = self.lru.reserve(found, protect=hashes[:first])
-        got = self._read_checked(wanted[: len(slots)], slots)
+        got = self._read_checked(wanted[: len(slots)], slots, hashes[:first])
         for page_hash, slot in zip(wanted[:got], slots[:got], strict=True):
             self.lru.insert(page_hash, slot)
             self.stored.add(page_hash)
@@ -129,7 +130,25 @@ class CacheTier(StorageTier):
         for page_hash, slot in zip(kept, slots, strict=True):
             self.lru.insert(page_hash, slot)
         self.lru.touch(hashes[: begin + len(kept)])
-        pending = [(h, s) for h, s in zip(kept, slots, strict=True) if h not in self.stored]
-        if pending:
-            done = self.storage.write([h for h, _ in pending], [s for _, s in pending])
-            self.stored.update(h for h, _ in pending[:done])
+        if not self.storage.pass_prefix_keys:  # one call for every page not stored yet
+            pending = [(h, s) for h, s in zip(kept, slots, strict=True) if h not in self.stored]
+            if pending:
+                done = self.storage.write([h for h, _ in pending], [s for _, s in pending])
+                self.stored.update(h for h, _ in pending[:done])
+            return
+        run: list[tuple[int, int]] = []  # (position in hashes, host slot) of one run of pages to write
+        for position, slot in enumerate(slots, start=begin):
+            if hashes[position] not in self.stored:
+                if run and run[-1][0] != position - 1:
+                    self._write_run(hashes, run)
+                    run = []
+                run.append((position, slot))
+        if run:
+            self._write_run(hashes, run)
+
+    def _write_run(self, hashes: list[str], run: list[tuple[int, int]]) -> None:
+        """Write consecutive pages of the chain ``hashes`` (the pages before them named as their prefix)."""
+        first = run[0][0]
+        written = [hashes[position] for position, _slot in run]
+        done = self.storage.write(written, [slot for _position, slot in run], hashes[:first])
+        self.stored.update(written[:done])

@@ -55,4 +55,7 @@ def test_bench_vs_sglang_compares_every_side(tmp_path: Path) -> None:
     assert len(result["ratios"]) == 6
     for row in result["ratios"].values():
         assert row["write"]["median"] > 0 and row["read"]["median"] > 0
+    assert result["file_group"]["resident_pages"] == 32  # 8 batches of 4
+    assert set(result["file_group"]["resident_sides"]) == {"HiCacheFile", "file zero-copy", "file generic"}
+    assert len(result["load_average_per_repetition"]) == 2  # the untimed one and the timed one
     assert left_behind(tmp_path, out) == []

@@ -27,7 +27,7 @@ def options_for(name: str, tmp_path: Path) -> dict[str, Any]:
         return {"path": str(tmp_path / "store")}
     if name == "slab":
         os.makedirs(tmp_path / "slab", exist_ok=True)
-        return {"path": str(tmp_path / "slab"), "capacity_bytes": 1 << 20}
+        return {"path": str(tmp_path / "slab"), "capacity_bytes": 8 << 20}  # the smallest store
     if name == "redis":
         SERVICES.start("redis")
         env = SERVICES.settings()

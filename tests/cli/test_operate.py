@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hicache_storage_slab.layout import ENTRY_SIZE as SLOT_HEADER_BYTES
+from hicache_storage_slab.geometry import chunk_plan
 from operate_support import LISTING, cli, fill, options_for, plant_manifest
 
 from hicache_storage import load_backend, make_config
@@ -31,8 +31,10 @@ def test_usage_names_each_key_space_with_its_counts(store: tuple[str, dict[str, 
     for space, (keys, pages) in written.items():
         row = found[space]
         assert row["pages"] == len(keys)
-        header = SLOT_HEADER_BYTES if name == "slab" else HEADER_SIZE  # the slab's record header is its slot's
-        assert row["bytes"] == sum(len(page) + header for page in pages)  # page + record header
+        if name == "slab":  # the slots the pages take (no record header: the index holds it)
+            assert row["bytes"] == sum(chunk_plan(len(page), 64 << 10).stored_bytes for page in pages)
+        else:
+            assert row["bytes"] == sum(len(page) + HEADER_SIZE for page in pages)  # page + record header
         assert row["pool"] == "kv" and row["ranks"] == ["tp0of1.pp0of1.cp0of1"]
         assert row["first_write"] <= row["last_write"]
         assert row["foreign_manifest"] is None
@@ -47,7 +49,7 @@ def test_a_backend_that_cannot_list_is_refused_in_one_line(capsys: Any) -> None:
 
 
 FILE = {"path": "{missing}"}
-SLAB = {"path": "{missing}", "capacity_bytes": 1 << 20}
+SLAB = {"path": "{missing}", "capacity_bytes": 8 << 20}
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,18 @@ def test_existence_cache_is_a_bounded_lru_per_pool() -> None:
         StorageExistenceCache(0)
 
 
+def test_main_pool_and_sidecar_beliefs_share_one_recency_order() -> None:
+    cache = StorageExistenceCache(capacity=3, main_pool="kv")
+    cache.record("kv", ["a"])
+    cache.record("mamba", ["a"])
+    cache.record("kv", ["b"])
+    assert cache.holds("mamba", "a") and not cache.holds("mamba", "b") and not cache.holds("swa", "a")
+    assert cache.contains("kv", "a")  # the oldest is now mamba's "a"
+    cache.record("swa", ["a"])
+    assert not cache.holds("mamba", "a") and cache.holds("kv", "a") and cache.holds("swa", "a")
+    assert cache.invalidate_beyond("swa", ["a"], 0) == 1 and cache.holds("kv", "a") and len(cache) == 2
+
+
 def test_buffer_page_cache_reference_counts_and_lru_reclaim() -> None:
     cache = BufferPageCache()
     assert cache.insert("a", 10) and cache.insert("b", 11) and cache.insert("c", 12)

@@ -27,8 +27,8 @@ are evicted oldest first (by modification time) before any page written by this 
 
 Sizes are what each page takes on disk (:class:`~hicache_storage_file.footprint.Footprint`), and
 ``reserved_bytes`` (the directories) counts against ``max_bytes`` too. :class:`SizeLimit` puts it
-together for the backend: it charges pages and directories, removes the victims' files and the
-directories they leave empty.
+together for the backend: it charges pages and directories, removes the victims' files and, when
+the limit needs their blocks, the directories they leave empty.
 
 :class:`WriteOrderEviction` (least recently written first, no chain knowledge) is kept for
 comparison and for callers that replace the policy.
@@ -42,13 +42,13 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .footprint import Footprint
+from .footprint import Footprint, directories_fit
 from .layout import PageLayout
 
-__all__ = ["ChainEviction", "SizeLimit", "WriteOrderEviction"]
+__all__ = ["ChainEviction", "SizeLimit", "WriteOrderEviction", "unlink_files"]
 
 
 @dataclass
@@ -254,8 +254,13 @@ class SizeLimit:
     written as there are directories (one ``stat`` per new page, amortized); until then each new
     page adds :meth:`Footprint.entry <hicache_storage_file.footprint.Footprint.entry>` to it.
     Removing files never shrinks a directory (ext4 keeps its blocks), so evictions free only the
-    pages' blocks. Evicts with :class:`ChainEviction`, removes the victims' files and every
-    directory left empty. Thread-safe.
+    pages' blocks. Evicts with :class:`ChainEviction` and removes the victims' files. A directory an
+    eviction empties stays when every directory of the layout fits the 1/128 share of the limit
+    (:func:`~hicache_storage_file.footprint.directories_fit`; so for every fan-out chosen for a
+    limit): the next page of its hash range needs it again, and removing and re-creating it costs
+    two metadata operations. Otherwise (more levels asked for than the limit affords) it is removed
+    to free its block. Deleting pages removes the directories it empties either way.
+    Thread-safe.
     """
 
     def __init__(self, max_bytes: int, layout: PageLayout, footprint: Footprint) -> None:
@@ -263,6 +268,8 @@ class SizeLimit:
         self.policy = ChainEviction(max_bytes)
         self._layout = layout
         self._footprint = footprint
+        #: Whether directories that evictions empty stay (see the class documentation).
+        self.keeps_directories = directories_fit(layout.fanout_levels, max_bytes, footprint.block)
         self._lock = threading.Lock()
         self._directories: dict[str, _Directory] = {}
         self._since_measure = 0
@@ -356,14 +363,19 @@ class SizeLimit:
         self.policy.record_removal(path)
         self._remove_empty(self._forget_pages([path]))
 
-    def evict(self) -> int:
-        """Remove page files until the counted total fits ``max_bytes``; how many were removed."""
+    def evict(self, unlink: Callable[[Sequence[str]], object] | None = None) -> int:
+        """Remove page files until the counted total fits ``max_bytes``; how many were removed.
+
+        ``unlink(paths)`` removes the victims' files (a missing one is no error); the default removes
+        them one after another on the calling thread.
+        """
         victims = self.policy.victims()
-        for path in victims:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        if victims:
-            self._remove_empty(self._forget_pages(victims))
+        if not victims:
+            return 0
+        (unlink or unlink_files)(victims)
+        emptied = self._forget_pages(victims)
+        if not self.keeps_directories:
+            self._remove_empty(emptied)
         return len(victims)
 
     def reset(self) -> None:
@@ -378,3 +390,10 @@ class SizeLimit:
     def _remove_empty(self, directories: list[str]) -> None:
         for directory in sorted(directories, key=len, reverse=True):
             self.directories_removed(self._layout.remove_empty_directories(directory))
+
+
+def unlink_files(paths: Sequence[str]) -> None:
+    """Remove the files at ``paths`` in order (those already gone are skipped)."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

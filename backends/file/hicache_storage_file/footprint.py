@@ -11,9 +11,11 @@ store written by one process stays within the limit.
 
 **Fan-out.** Without ``fanout_levels``, a store's existing layout is kept (found by walking down
 its fan-out directories to a page file, so stores written before stay readable); a new store gets
-the most levels whose directories, one block each once every one exists, take at most 1/128 of
-``max_bytes``: none below 128 MiB, one level (256 directories) below 32 GiB, two (65,536) above.
-An unlimited store gets two levels, as before.
+one level (256 directories) when their blocks take at most 1/128 of ``max_bytes`` (from 128 MiB,
+and without a limit), else none. Never two by choice: with 65,536 directories most writes of a
+store's first few hundred thousand pages also create one or two directories, and a ``mkdir``
+(an inode and a block) costs about as much as writing a 512 KiB page file; the 256 directories of
+one level all exist after about 1,600 pages.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["DEFAULT_FANOUT_LEVELS", "Footprint", "choose_fanout", "fanout_for_limit", "find_fanout"]
+__all__ = ["DEFAULT_FANOUT_LEVELS", "Footprint", "choose_fanout", "directories_fit", "fanout_for_limit", "find_fanout"]
 
-#: Levels of a store without ``max_bytes`` (its number of pages is not bounded).
-DEFAULT_FANOUT_LEVELS = 2
+#: Levels of a new store without ``max_bytes``, and the most a limit chooses.
+DEFAULT_FANOUT_LEVELS = 1
 #: Share of ``max_bytes`` the directories of an automatically chosen fan-out may take at most.
 _DIRECTORY_SHARE = 1 / 128
 _FANOUT_DIR = re.compile(r"[0-9a-f]{2}")
@@ -67,15 +69,18 @@ class Footprint:
         return self.block
 
 
+def directories_fit(levels: int, max_bytes: int, block: int = _BLOCK_FALLBACK) -> bool:
+    """Whether every directory of a ``levels`` fan-out, one block each, fits 1/128 of ``max_bytes``."""
+    directories = sum(1 << (8 * level) for level in range(1, levels + 1))  # 256 per level
+    return directories * block <= max_bytes * _DIRECTORY_SHARE
+
+
 def fanout_for_limit(max_bytes: int | None, block: int = _BLOCK_FALLBACK) -> int:
-    """Levels for a new store: as many as keep every directory's block within 1/128 of ``max_bytes``."""
+    """Levels for a new store: up to :data:`DEFAULT_FANOUT_LEVELS`, as many as :func:`directories_fit`."""
     if max_bytes is None:
         return DEFAULT_FANOUT_LEVELS
     levels = 0
-    while levels < DEFAULT_FANOUT_LEVELS:
-        directories = sum(256**level for level in range(1, levels + 2))
-        if directories * block > max_bytes * _DIRECTORY_SHARE:
-            break
+    while levels < DEFAULT_FANOUT_LEVELS and directories_fit(levels + 1, max_bytes, block):
         levels += 1
     return levels
 

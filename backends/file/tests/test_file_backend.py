@@ -264,8 +264,8 @@ def test_max_bytes_counts_pages_already_on_disk(tmp_path: Path) -> None:
     first.batch_set_v1(keys[:2], indices(0, 2))
     for age, key in enumerate(keys[:2]):
         os.utime(path_of(first, key), (1_000_000 + age, 1_000_000 + age))
-    # the store has the unlimited default's two fan-out levels: each page may need two directories
-    limited = make_backend(tmp_path, pool, max_bytes=limit_for(tmp_path, pool, 2, directories=6), manifests=False)
+    # the store has the unlimited default's fan-out level: each page may need a directory of its own
+    limited = make_backend(tmp_path, pool, max_bytes=limit_for(tmp_path, pool, 2, directories=3), manifests=False)
     assert limited.batch_set_v1(keys[2:], indices(2, 1)) == [True]
     assert limited.batch_exists_each(keys) == [False, True, True]
 

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from hicache_storage_file import FileBackend
-from hicache_storage_file.footprint import Footprint, choose_fanout, fanout_for_limit, find_fanout
+from hicache_storage_file.eviction import SizeLimit
+from hicache_storage_file.footprint import Footprint, choose_fanout, directories_fit, fanout_for_limit, find_fanout
+from hicache_storage_file.layout import PageLayout
 
 from hicache_storage import HiCacheStorage, HostKVPool, make_config
 from hicache_storage import testing as kit
@@ -62,10 +64,13 @@ def test_a_page_counts_its_blocks_and_its_directory_entry(tmp_path: Path) -> Non
 
 
 def test_the_fanout_of_a_new_store_fits_its_limit() -> None:
-    assert fanout_for_limit(None) == 2  # unlimited: as before
+    assert fanout_for_limit(None) == 1  # unlimited: 256 directories
     assert fanout_for_limit(64 << 20) == 0
-    assert fanout_for_limit(1_100_000_000) == 1  # 256 directories, not 65,536
-    assert fanout_for_limit(1 << 40) == 2
+    assert fanout_for_limit(1_100_000_000) == 1
+    assert fanout_for_limit(1 << 40) == 1  # never two levels by choice: 65,536 directories to create
+    assert directories_fit(2, 1 << 40) and not directories_fit(2, 1 << 30)  # 65,792 blocks: 1/128 of 32.1 GiB
+    assert directories_fit(1, 128 << 20) and not directories_fit(1, (128 << 20) - 1)
+    assert directories_fit(0, 1)
     for limit in (1 << 20, 1 << 27, 1_100_000_000, 1 << 36, 1 << 44):
         levels = fanout_for_limit(limit)
         directories = sum(256**level for level in range(1, levels + 1))
@@ -94,7 +99,7 @@ def test_a_new_store_gets_the_fanout_of_its_limit(tmp_path: Path) -> None:
     assert depths == {1}
     unlimited = open_file(tmp_path / "b", pool, manifests=False)
     write(unlimited, pool, 4)
-    assert {len(path.relative_to(tmp_path / "b").parts) - 1 for path in (tmp_path / "b").rglob("hc*")} == {2}
+    assert {len(path.relative_to(tmp_path / "b").parts) - 1 for path in (tmp_path / "b").rglob("hc*")} == {1}
 
 
 @pytest.mark.parametrize("fanout", [None, 2])
@@ -118,7 +123,7 @@ def test_du_of_a_store_at_its_limit_stays_within_it(tmp_path: Path, fanout: int 
 
 def test_deleting_every_page_leaves_the_bare_root(tmp_path: Path) -> None:
     pool = kit.make_pool()
-    backend = open_file(tmp_path, pool, manifests=False)  # two levels: a directory pair per page
+    backend = open_file(tmp_path, pool, manifests=False, fanout_levels=2)  # a directory pair per page
     keys = write(backend, pool, 6)
     assert any(path.is_dir() for path in tmp_path.iterdir())
     assert backend.delete(keys) == [True] * 6
@@ -128,7 +133,7 @@ def test_deleting_every_page_leaves_the_bare_root(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_eviction_removes_the_directories_it_empties(tmp_path: Path) -> None:
+def test_eviction_removes_the_directories_it_empties_when_the_limit_needs_them(tmp_path: Path) -> None:
     pool = kit.make_pool()
     block = Footprint(str(tmp_path)).block
     # explicit 2 levels and room for a few pages only: each eviction empties its two directories
@@ -137,3 +142,34 @@ def test_eviction_removes_the_directories_it_empties(tmp_path: Path) -> None:
     allocated, _apparent, files, directories = disk_usage(tmp_path)
     assert allocated <= 40 * block
     assert directories <= 1 + 2 * files
+
+
+@pytest.mark.parametrize(("levels", "kept"), [(1, True), (2, False)])
+def test_eviction_keeps_emptied_directories_when_the_limit_affords_them_all(
+    tmp_path: Path, levels: int, kept: bool
+) -> None:
+    """1 GiB affords one level's 256 directories (the next page of the range needs its directory
+    again), not two levels' 65,792: those are removed as evictions empty them."""
+    footprint = Footprint(str(tmp_path))
+    layout = PageLayout(str(tmp_path), levels)
+    limit = SizeLimit(1 << 30, layout, footprint)
+    assert limit.keeps_directories is kept
+    layout.on_directory = limit.directory_created
+    limit.seed([], [])
+
+    def top(key: str) -> str:
+        return Path(layout.directory_for(key)).relative_to(tmp_path).parts[0]
+
+    keys = kit.random_keys(64)
+    first, second = keys[0], next(key for key in keys if top(key) != top(keys[0]))  # directories of their own
+    paths = []
+    for key in (first, second):  # recorded at 600 MiB each: the second evicts the first
+        layout.ensure_directory(layout.directory_for(key))
+        paths.append(Path(layout.path_for(key)))
+        paths[-1].write_bytes(b"page")
+        limit.record_batch([(str(paths[-1]), 600 << 20)])
+        limit.evict()
+    assert not paths[0].exists() and paths[1].exists()
+    assert paths[0].parent.is_dir() is kept
+    assert (tmp_path / top(first)).is_dir() is kept
+    assert limit.total_bytes <= 1 << 30

@@ -2,7 +2,9 @@
 
 Pages live at ``<root>/<fan-out>/<storage key>``. On async filesystems (s3fs, gcsfs, http) a
 batch runs as concurrent per-page requests on the filesystem's loop, up to ``concurrency`` at
-once; a record is built just before its request and checked as soon as its reply arrives. A page
+once; a record is built just before its request and checked as soon as its reply arrives. On
+s3fs a page read, write or existence check is one request on s3fs's client
+(:mod:`~hicache_storage_fsspec.s3_requests`), sent once more after a 5xx answer. A page
 becomes visible whole: local disks write a temp file and rename it; object stores and the memory
 filesystem store a value in one put. Reads verify the record (magic, length, the digest of the
 storage key it was written under, XXH3-64, and with a secret its tag); a bad record is a miss
@@ -45,6 +47,7 @@ from .filesystem import S3_PROTOCOLS, open_filesystem
 from .local_io import TEMP_SUFFIX, LocalPageFiles
 from .options import FsspecOptions, redact_url
 from .raw_baseline import RawFsspec
+from .s3_requests import S3PageRequests
 
 __all__ = ["FsspecBackend"]
 
@@ -89,6 +92,8 @@ class FsspecBackend(Backend[FsspecOptions]):
             self._check_bucket(self.root.split("/", 1)[0])
         self._fanout = options.fanout_chars
         self._async = bool(getattr(self.fs, "async_impl", False))
+        #: s3fs page requests without its retry wrapper (see :mod:`~hicache_storage_fsspec.s3_requests`).
+        self._s3 = S3PageRequests(self.fs, self._server_error_retried) if protocol in S3_PROTOCOLS else None
         self._codec = record_codec(options)
         self._local = LocalPageFiles(self._codec) if isinstance(self.fs, LocalFileSystem) else None
         mode = options.write_mode
@@ -105,6 +110,9 @@ class FsspecBackend(Backend[FsspecOptions]):
         )
 
     # ------------------------------------------------------------ helpers
+    def _server_error_retried(self) -> None:
+        self.counters.bump("server_error_retries")
+
     def path_for(self, storage_key: str) -> str:
         """Path (without protocol) of the file holding the page of ``storage_key``."""
         if self._fanout:
@@ -232,7 +240,7 @@ class FsspecBackend(Backend[FsspecOptions]):
         elif self._async:
             # Each record is built only when a request slot is free: while one page is joined and
             # checksummed, the others are on the wire, and at most `concurrency` records exist.
-            pipe_file = self.fs._pipe_file
+            pipe_file = self._s3.put if self._s3 is not None else self.fs._pipe_file
 
             async def put(item: tuple[str, str, PageBuffers]) -> Any:
                 return await pipe_file(item[0], self._codec.record(item[1], item[2]))
@@ -261,7 +269,7 @@ class FsspecBackend(Backend[FsspecOptions]):
         if self._async:
             # Each record is checked and scattered into its page as soon as it arrives, while the
             # other requests are still in flight.
-            cat_file = self.fs._cat_file
+            cat_file = self._s3.get if self._s3 is not None else self.fs._cat_file
 
             async def fetch(item: tuple[str, str, PageBuffers]) -> bool:
                 value = await cat_file(item[0])
@@ -287,6 +295,8 @@ class FsspecBackend(Backend[FsspecOptions]):
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
             return [self._local.exists(path, want) for path in paths]
+        if self._s3 is not None:
+            return self._settle(self._gather(self._s3.size, paths), lambda size: size == want)
         outcomes = self._each(paths, self.fs._info if self._async else self.fs.info)
         return self._settle(outcomes, lambda info: info.get("type") == "file" and info.get("size") == want)
 

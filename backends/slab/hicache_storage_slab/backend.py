@@ -1,16 +1,14 @@
-"""The slab backend: a local flash cache of fixed-size slots in preallocated files.
+"""The slab backend: a local flash cache of one preallocated store shared by every key space.
 
-Every key space (one per pool: KV, and each sidecar pool with its own page size) has its own slab
-below ``extra_config.path``, sized by ``capacity_bytes`` and preallocated (``posix_fallocate``) when
-the key space is first used; records of another size (a key space's manifest) go to a small slab of
-their own (:mod:`~hicache_storage_slab.registry`). Each slot header names its storage key, so the
-slabs list themselves (usage, purge), and a slab left empty is removed when the last process closes it.
-A key lives in one of the ``ways`` slots of the set its digest selects;
-the slot headers in the file are the whole index, so every process that opens the slab (one per TP
-rank in SGLang) sees the others' pages, and a restarted process sees what was written before.
-Writes ``pwritev`` straight from host memory and become visible only once their header commits;
-reads ``preadv`` straight into host memory and verify key, length and XXH3 checksum. See
-:mod:`hicache_storage_slab.slab` for the slot protocol and ``docs/backends/slab.md`` for the design.
+``extra_config.path`` holds one store of ``capacity_bytes`` (data files, index, lock files), created
+and preallocated when a pool is first registered (or a page first written), shared by every key space
+and pool (KV pages, sidecar pools, manifests) of every model and process that uses the path. The
+data area is lent to page sizes a region at a time; replacement is least recently used over the whole
+store (see :mod:`~hicache_storage_slab.allocator`). The index (:mod:`~hicache_storage_slab.index`) is
+shared by the host's processes, so each sees the others' pages, and a restarted process sees what
+was written before. Writes ``pwritev`` straight from host memory and become visible only once the
+index commits them; reads ``preadv`` straight into host memory and verify length and XXH3 checksum.
+An empty store is removed when the last process closes it.
 """
 
 from __future__ import annotations
@@ -18,6 +16,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import threading
+import time
 from collections.abc import Sequence
 
 from hicache_storage.plugin import (
@@ -31,29 +31,37 @@ from hicache_storage.plugin import (
     KeySpace,
     PageBuffers,
     StoredPage,
-    keyspace_prefix_of,
 )
 from hicache_storage.plugin.io_threads import IoThreads
 from hicache_storage.plugin.page_format import record_codec
 
-from .header_area import blank_headers
-from .layout import SUPERBLOCK_SIZE, LegacyLayoutError, SuperblockError, parse_superblock
-from .listing import list_slab_pages, slab_prefixes
 from .options import SlabOptions, io_thread_count, resolve_root
 from .raw_baseline import RawSlab
-from .registry import SlabRegistry
-from .slab import Slab, WritePlan
-from .slab_files import SlabFile, remove_if_unused
+from .store import Store, WriteSettings
+from .store_files import (
+    DataFile,
+    LegacyLayoutError,
+    StoreMismatch,
+    StoreSettings,
+    attach_direct,
+    close_store,
+    legacy_files,
+    open_store,
+)
 
-__all__ = ["SlabBackend"]
+__all__ = ["CLOSE_WAIT_S", "RETRY_OPEN_S", "SlabBackend"]
+
+#: Seconds :meth:`SlabBackend.release` waits for writes in flight (a caller may have abandoned them).
+CLOSE_WAIT_S = 5.0
+#: Seconds a store that could not be opened (disk full, I/O error) fails fast before a retry.
+RETRY_OPEN_S = 5.0
 
 
 class SlabBackend(Backend[SlabOptions]):
-    """Pages in fixed-size slots of preallocated slab files below ``extra_config.path`` (see :class:`SlabOptions`).
+    """Pages in slots of one preallocated store below ``extra_config.path`` (see :class:`SlabOptions`).
 
-    ``root`` is that directory; ``slab(keyspace)`` is a key space's slab, ``open_slabs()`` and
-    ``slab_files()`` list what this instance has open (for tools: :class:`~hicache_storage_slab.SlotStore`
-    reaches stored records through them).
+    ``root`` is that directory; :meth:`store` the open store (for tools: :class:`~hicache_storage_slab.SlotStore`
+    reaches stored pages through it).
     """
 
     Options = SlabOptions
@@ -72,54 +80,93 @@ class SlabBackend(Backend[SlabOptions]):
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise ConfigError("extra_config.path", f"directory {str(self.root)!r} is not writable")
         self._root = str(self.root)
-        self._fsync = options.fsync
-        self._slabs = SlabRegistry(self._root, options, record_codec(options), setup.counters)
+        extra = setup.config.extra_config or {}
+        namespace = extra.get("namespace", "")
+        self._writer = WriteSettings(
+            namespace=namespace if isinstance(namespace, str) else "",
+            pinned=extra.get("pinned") is True,
+            quota_bytes=options.quota_bytes,
+            read_recency_s=options.read_recency_s,
+            durable=options.fsync,
+        )
+        self._codec = record_codec(options)
         self._io = IoThreads(io_thread_count(options))
-        capacity = options.capacity_bytes + sum((options.pool_capacity_bytes or {}).values())
-        setup.counters.watch_evictions(capacity, "slab backend (capacity_bytes)")
+        self._store: Store | None = None
+        self._lock = threading.Lock()
+        self._failure: tuple[float, str] | None = None
+        setup.counters.watch_evictions(options.capacity_bytes, "slab backend (capacity_bytes)")
 
-    # ------------------------------------------------------------ slabs
+    # ------------------------------------------------------------ the store
     @property
     def io_threads(self) -> int:
         """Threads that move the pages of one batch (``extra_config.io_threads`` resolved)."""
         return self._io.threads
 
-    def slab(self, keyspace: KeySpace) -> Slab:
-        """The slab of ``keyspace``, opened (and created or re-created if needed) on first use.
+    def store(self, page_bytes: int = 0, *, create: bool = True) -> Store | None:
+        """The open store, opened (created when ``create``) on first use; ``None`` when there is none
+        and ``create`` is false. ``page_bytes`` sizes the index of a store created now.
 
-        Raises :class:`BackendFault` when it cannot be opened (and for a few seconds after that,
-        without trying again), :class:`ConfigError` when the path holds slab files of an earlier layout.
+        Raises :class:`BackendFault` when it cannot be opened (and for :data:`RETRY_OPEN_S` seconds after
+        that without trying again), :class:`ConfigError` when the path holds an earlier layout's files or
+        a store of other options that another process has open.
         """
-        return self._slabs.slab(keyspace)
+        store = self._store
+        if store is not None:
+            return store
+        with self._lock:
+            if self._store is not None:
+                return self._store
+            if self._failure is not None and time.monotonic() < self._failure[0]:
+                raise BackendFault(self._failure[1])
+            options = self._options
+            settings = StoreSettings(
+                options.capacity_bytes,
+                options.region_bytes,
+                options.file_bytes,
+                options.index_bytes,
+                page_bytes or 4096,
+                options.fsync,
+                options.zero_fill,
+            )
+            try:
+                opened = open_store(self._root, settings, create=create, bump=self._counters.bump)
+            except LegacyLayoutError as error:
+                listed = " ".join(error.files[:3]) + (" ..." if len(error.files) > 3 else "")
+                raise ConfigError(
+                    "extra_config.path",
+                    f"{self._root!r} holds {len(error.files)} slab files of an earlier layout ({listed}): they hold "
+                    f"cached pages only; remove them (rm {os.path.join(self._root, '*slab-*')} "
+                    f"{os.path.join(self._root, '*slab.lock')}) and this version creates its store anew",
+                ) from None
+            except StoreMismatch as error:
+                raise ConfigError(
+                    "extra_config.capacity_bytes",
+                    f"the store at {self._root!r} was made with {error} and another process has it open; "
+                    "give the same options, or stop those processes to re-create it",
+                ) from None
+            except OSError as error:
+                message = f"cannot open the slab store in {self._root!r} ({options.capacity_bytes} bytes): {error}"
+                self._failure = (time.monotonic() + RETRY_OPEN_S, message)
+                self._counters.bump("store_open_failures")
+                raise BackendFault(message) from error
+            if opened is None:
+                return None
+            self._failure = None
+            if options.direct_io:
+                attach_direct(opened.files, self._counters.bump)
+            self._store = Store(opened, self._writer, self._codec, self._counters.bump, self._io)
+            return self._store
 
-    def open_slabs(self) -> list[Slab]:
-        """Every slab this instance has open (one per key space used so far, and its record slabs)."""
-        return self._slabs.open_slabs()
-
-    def slab_files(self) -> list[SlabFile]:
-        """Every slab file this instance has open."""
-        return [file for slab in self.open_slabs() for file in slab.files]
-
-    def _batch_slab(self, keys: Sequence[str], context: BatchContext, *, create: bool) -> Slab | None:
-        """The slab of a batch: the key space's own, or its records' of another size (``context.page_bytes``).
-
-        A batch of the operator's raw context (a key space of no pages) is routed by its first key's
-        prefix. ``None``: a record slab that does not exist and ``create`` is false.
-        """
-        space = context.keyspace
-        prefix = space.prefix
-        if keys and not keys[0].startswith(prefix):
-            prefix = keyspace_prefix_of(keys[0]) or prefix
-        if prefix == space.prefix and context.page_bytes == space.page_bytes:
-            return self.slab(space)
-        return self._slabs.record_slab(prefix, context.page_bytes, create=create)
+    def data_files(self) -> list[DataFile]:
+        """The data files of the open store (none before it is opened)."""
+        return [] if self._store is None else self._store.files
 
     def on_register_pool(self, pool: HostPool, keyspace: KeySpace) -> None:
-        """Preallocate the pool's slab now, so a capacity the disk cannot hold fails at start-up."""
+        """Open (create and preallocate) the store now, so a capacity the disk cannot hold fails at start-up."""
         if keyspace.page_bytes <= 0:  # a pool that holds no bytes never reaches the primitives
             return
         try:
-            self.slab(keyspace)
+            self.store(keyspace.page_bytes)
         except BackendFault as fault:
             cause = fault.__cause__
             option = "extra_config.path"
@@ -131,128 +178,51 @@ class SlabBackend(Backend[SlabOptions]):
 
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
-        slab = self._batch_slab(keys, context, create=True)
-        assert slab is not None
-        if not self._fsync:
-
-            def write(key: str, page: PageBuffers) -> bool:
-                plan = slab.stage(key, page)
-                return plan is not None and slab.commit(plan)
-
-            return self._io.map(write, keys, pages)
-
-        # Durable batch: every payload is synced before any header commits it, headers synced before the
-        # ack. Pages are sent in waves with at most ``ways`` pages of one set each, so a page this batch
-        # evicts has been committed first.
-        def stage(key: str, page: PageBuffers) -> WritePlan | Exception | None:
-            try:
-                return slab.stage(key, page)
-            except Exception as error:  # raised below, once every staged slot is released
-                return error
-
-        results = [False] * len(keys)
-        for wave in _waves(slab, keys):
-            staged = self._io.map(stage, [keys[i] for i in wave], [pages[i] for i in wave])
-            try:
-                failure = next((item for item in staged if isinstance(item, Exception)), None)
-                if failure is not None:
-                    raise failure
-                slab.sync()
-                for index, plan in zip(wave, staged, strict=True):
-                    results[index] = isinstance(plan, WritePlan) and slab.commit(plan)
-                slab.sync()
-            finally:
-                for plan in staged:
-                    if isinstance(plan, WritePlan):
-                        slab.finish(plan)
-        return results
+        store = self.store(context.page_bytes)
+        assert store is not None
+        parent = context.parent_storage_key() if context.record_bytes is None else None
+        return store.write(keys, pages, context.page_bytes, parent)
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
-        slab = self._batch_slab(keys, context, create=False)
-        return [False] * len(keys) if slab is None else self._io.map(slab.read, keys, pages)
+        store = self.store(create=False)
+        return [False] * len(keys) if store is None else store.read(keys, pages)
 
     def pages_exist(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
-        slab = self._batch_slab(keys, context, create=False)
-        return [False] * len(keys) if slab is None else [slab.exists(key) for key in keys]
+        store = self.store(create=False)
+        return [False] * len(keys) if store is None else store.exists(keys)
 
     def delete_pages(self, keys: Sequence[str], context: BatchContext) -> list[bool]:
-        """Blank the keys' headers; keys of any key space (an operator's purge names them by storage key)."""
-        groups: dict[str, list[str]] = {}
-        for key in keys:
-            groups.setdefault(keyspace_prefix_of(key) or context.keyspace.prefix, []).append(key)
-        for prefix, members in groups.items():
-            for slab in self._slabs.stored(prefix):  # the pages' slab and its record slabs
-                for key in members:
-                    slab.delete(key)
-                if self._fsync:
-                    slab.sync()
+        """Remove pages of any key space (an operator's purge names them by storage key)."""
+        store = self.store(create=False)
+        if store is not None:
+            store.delete(keys)
         return [True] * len(keys)
 
     def list_stored(self, prefix: str, cursor: str | None, limit: int) -> tuple[list[StoredPage], str | None]:
-        """Pages of every slab below the path, from their slot headers, in key order."""
-        return list_slab_pages(self._root, prefix, cursor, limit)
+        """Pages of the store whose keys start with ``prefix``, from its index (in index order)."""
+        store = self.store(create=False)
+        return ([], None) if store is None else store.listing(prefix, cursor, limit)
 
     def clear_pages(self, prefixes: Sequence[str] | None = None) -> None:
-        """Empty the slabs of the key spaces in ``prefixes`` (``None``: every slab file below the path).
-
-        A key space's slab holds the pages of all its ranks, so all of them go.
-        """
-        wanted = None if prefixes is None else tuple(prefixes)
-        slabs = [slab for slab in self.open_slabs() if wanted is None or slab.prefix.startswith(wanted)]
-        done: set[str] = set()
-        for slab in slabs:
-            slab.clear()
-            done.update(file.path for file in slab.files)
-        for name, paths in slab_prefixes(self._root).items():
-            if wanted is not None and not name.startswith(wanted):
-                continue
-            for path in paths:
-                if path not in done:
-                    _blank_slab_file(path)
-            remove_if_unused(self._root, name)
+        """Remove the pages of the key spaces in ``prefixes`` (``None``: every page of the store, and any
+        slab files of an earlier layout)."""
+        if prefixes is None:
+            for path in legacy_files(self._root):
+                os.unlink(path)
+        store = self.store(create=False)
+        if store is not None:
+            store.clear(None if prefixes is None else list(prefixes))
 
     def release(self) -> None:
-        """Close every slab; those left empty that no other process has open are removed from the disk."""
+        """Close the store; the last process to close an empty store removes its files."""
+        store, self._store = self._store, None
+        if store is not None and not store.wait_idle(CLOSE_WAIT_S):
+            self._counters.note("slab store closed with writes still in flight; their slots are given back")
         self._io.close()
-        for name in self._slabs.close():
-            try:
-                remove_if_unused(self._root, name)
-            except OSError as error:
-                self._counters.note(f"could not remove the empty slab of {name!r}: {error}")
-
-
-def _waves(slab: Slab, keys: Sequence[str]) -> list[list[int]]:
-    """Indices of ``keys`` in waves that hold at most ``ways`` keys of any one set (one wave, usually)."""
-    seen: dict[tuple[int, int], int] = {}
-    waves: list[list[int]] = []
-    ways = slab.geometry.ways
-    for index, key in enumerate(keys):
-        counts = []
-        for where in slab.sets_of(key):  # counted in every set the key may go to
-            counts.append(seen.get(where, 0))
-            seen[where] = counts[-1] + 1
-        wave = max(counts) // ways
-        while len(waves) <= wave:
-            waves.append([])
-        waves[wave].append(index)
-    return waves
-
-
-def _blank_slab_file(path: str) -> None:
-    """Empty a slab file this instance does not have open; a file of an earlier layout is removed, one
-    that is no slab file is left alone."""
-    try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return
-    try:
+        if store is None:
+            return
         try:
-            geometry, _index, _tag = parse_superblock(os.pread(fd, SUPERBLOCK_SIZE, 0))
-        except LegacyLayoutError:
-            os.unlink(path)
-            return
-        except SuperblockError:
-            return
-        blank_headers(fd, geometry)
-    finally:
-        os.close(fd)
+            store.opened.index.drop_own_claims()
+            close_store(store.opened, durable=self._options.fsync)
+        except OSError as error:
+            self._counters.note(f"could not close the slab store in {self._root!r}: {error}")

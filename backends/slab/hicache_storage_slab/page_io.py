@@ -10,9 +10,18 @@ import xxhash
 
 from hicache_storage.plugin.vectored_io import preadv_all, pwritev_all
 
-from .layout import BLOCK, checksum_seed
+from .geometry import BLOCK
+from .records import checksum_seed
 
-__all__ = ["DIRECT_ALIGN", "DirectRefused", "direct_aligned", "page_checksum", "read_hashed", "write_hashed"]
+__all__ = [
+    "DIRECT_ALIGN",
+    "DirectRefused",
+    "direct_aligned",
+    "page_checksum",
+    "read_hashed",
+    "segment_range",
+    "write_hashed",
+]
 
 #: Memory and length alignment asked of a page before it is moved with ``O_DIRECT``.
 DIRECT_ALIGN = BLOCK
@@ -82,3 +91,19 @@ def direct_aligned(page: Sequence[memoryview]) -> bool:
         if address is None or address % DIRECT_ALIGN:
             return False
     return True
+
+
+def segment_range(page: Sequence[memoryview], offset: int, length: int) -> list[memoryview]:
+    """The views of ``page`` (its segments in order) that cover bytes ``[offset, offset + length)``."""
+    views: list[memoryview] = []
+    position = 0
+    end = offset + length
+    for segment in page:
+        size = segment.nbytes
+        if position + size > offset and position < end:
+            flat = segment if segment.ndim == 1 and segment.format == "B" else segment.cast("B")
+            views.append(flat[max(0, offset - position) : min(size, end - position)])
+        position += size
+        if position >= end:
+            break
+    return views

@@ -17,7 +17,7 @@ from pathlib import Path
 from hicache_storage.plugin.io_threads import IoThreads
 
 from .options import SlabOptions, io_thread_count, resolve_root
-from .slab_files import no_readahead
+from .store_files import no_readahead
 
 __all__ = ["RawSlab"]
 

@@ -1,14 +1,20 @@
-"""Worker processes for ``test_multiprocess.py`` (run as ``python slab_workers.py MODE JSON``).
+"""Worker processes for ``test_multiprocess.py``, started by a fork server.
 
-- ``hammer``: prints ``ready``, waits for a line on stdin, then writes and reads random stamped pages
-  of a small key set for ``seconds``, checks every hit byte for byte, and prints a JSON report.
+``python slab_workers.py`` imports everything once, prints ``ready``, then reads one JSON line per
+worker from stdin (``{"mode": ..., "spec": ..., "out": path}``), forks it (a worker starts in
+milliseconds, not in the seconds an interpreter takes to import torch) and prints its pid. A worker's
+stdout and stderr go to the file ``out``, line by line; it runs in its own process, with its own
+store handle, as another process on the host would.
+
+- ``hammer``: prints ``ready``, waits for the file ``spec["go"]``, then writes and reads random stamped
+  pages of a small key set for ``seconds``, checks every hit byte for byte, and prints a JSON report.
 - ``writer``: writes stamped pages of its keys round after round, forever, printing
-  ``<key index> <version>`` for every acknowledged write (flushed at once), until it is killed.
-  With ``pause_after``, the write after that many acknowledgements stops halfway through its
-  payload, prints ``mid`` and waits to be killed there.
+  ``<key index> <version>`` for every acknowledged write, until it is killed. With ``pause_after``, the
+  write after that many acknowledgements stops halfway through its payload, prints ``mid`` and waits
+  to be killed there.
 
-The writer's pages (:func:`stamped_page`) are cheap to make, so a random kill lands in a write, not
-in making its bytes: a per-key random body with ``(key hash, version)`` stamped at the start of every
+The writer's pages (:func:`stamped_page`) are cheap to make, so a random kill lands in a write, not in
+making its bytes: a per-key random body with ``(key hash, version)`` stamped at the start of every
 4 KiB block. A page of another key, of two versions mixed, or torn, fails :func:`stamp_problem`.
 """
 
@@ -18,14 +24,17 @@ import hashlib
 import json
 import os
 import random
+import signal
 import struct
 import sys
 import time
+import traceback
 from functools import lru_cache
 from typing import Any
 
+import torch
 from hicache_storage_conformance.pages import page_content, read_slot, verify_page, write_slot
-from hicache_storage_slab import SlabBackend, slab
+from hicache_storage_slab import SlabBackend, store
 
 from hicache_storage import HiCacheStorage, HostKVPool, make_config
 from hicache_storage import testing as kit
@@ -68,8 +77,8 @@ def make_pool(layers: int) -> HostKVPool:
 
 
 def open_backend(path: str, pool: HostKVPool, options: dict[str, Any]) -> HiCacheStorage:
-    config = make_config("workers", extra_config={"path": path, "resilience": False, "namespace": "mp", **options})
-    backend = HiCacheStorage(SlabBackend, config)
+    extra = {"path": path, "resilience": False, "manifests": False, "namespace": "mp", **options}
+    backend = HiCacheStorage(SlabBackend, make_config("workers", extra_config=extra))
     backend.register_mem_pool_host(pool)
     return backend
 
@@ -84,7 +93,9 @@ def hammer(spec: dict[str, Any]) -> None:
     errors: list[str] = []
     version = spec["worker"] * 1_000_000
     print("ready", flush=True)
-    sys.stdin.readline()
+    give_up = time.monotonic() + 60
+    while not os.path.exists(spec["go"]) and time.monotonic() < give_up:
+        time.sleep(0.002)
     stop_at = time.monotonic() + spec["seconds"]
     while time.monotonic() < stop_at and len(errors) < 5:
         batch = rng.sample(keys, 3)
@@ -97,7 +108,7 @@ def hammer(spec: dict[str, Any]) -> None:
         else:
             hits = backend.batch_get_v1(batch, kit.page_indices(4, 3, pool.page_size))
             counts["reads"] += 3
-            for slot, (key, hit) in enumerate(zip(batch, hits)):
+            for slot, (key, hit) in enumerate(zip(batch, hits, strict=True)):
                 if hit:
                     counts["hits"] += 1
                     problem = verify_page(key, read_slot(pool, 4 + slot))
@@ -105,9 +116,8 @@ def hammer(spec: dict[str, Any]) -> None:
                         errors.append(problem)
     stats = backend.get_stats()
     backend.close()
-    print(
-        json.dumps({**counts, "errors": errors, "counters": stats["counters"], "faults": stats["faults"]}), flush=True
-    )
+    report = {**counts, "errors": errors, "counters": stats["counters"], "faults": stats["faults"]}
+    print(json.dumps(report), flush=True)
 
 
 def writer(spec: dict[str, Any]) -> None:
@@ -130,17 +140,51 @@ def writer(spec: dict[str, Any]) -> None:
 
 
 def _stop_halfway() -> None:
-    """From now on a write puts half its payload in the slot, says ``mid`` and waits to be killed."""
+    """From now on a write puts half its payload in its slot, says ``mid`` and waits to be killed."""
 
-    def half(self: Any, file: Any, offset: int, page: Any, *_rest: Any) -> int:
-        first = memoryview(page[0]).cast("B")
+    def half(self: Any, file: Any, views: list[memoryview], offset: int, *_rest: Any) -> None:
+        first = views[0].cast("B") if views[0].format != "B" else views[0]
         os.pwrite(file.fd, first[: first.nbytes // 2], offset)
         print("mid", flush=True)
         time.sleep(120)
-        return 0
 
-    slab.Slab._write_payload = half  # type: ignore[method-assign]
+    store.Store._write_chunk = half  # type: ignore[method-assign, assignment]
+
+
+MODES = {"hammer": hammer, "writer": writer}
+
+
+def _run_worker(mode: str, spec: dict[str, Any], out: str) -> None:
+    """In the forked child: output to ``out``, run, and leave without returning to the server's loop."""
+    code = 0
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        MODES[mode](spec)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve() -> None:
+    """The fork server's loop (see the module docstring); children are reaped by the kernel."""
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _run_worker(request["mode"], request["spec"], request["out"])
+        print(pid, flush=True)
 
 
 if __name__ == "__main__":
-    {"hammer": hammer, "writer": writer}[sys.argv[1]](json.loads(sys.argv[2]))
+    serve()

@@ -1,4 +1,5 @@
-"""The integrity secret: pages carry an HMAC tag in their slot header; one without a valid tag is a miss."""
+"""The integrity secret: pages carry an HMAC tag in their index entry; one without a valid tag is a miss
+(counted, and its entry dropped: writing the page again with the secret stores it anew)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def test_pages_need_the_secret_they_were_written_with(tmp_path: Path, monkeypatc
     forger = make_backend(tmp_path, make_pool(), integrity_secret_env=SECRET_ENV + "_OTHER")
     assert forger.batch_set_v1(keys[:1], indices(0, 1)) == [True]  # same key, a tag of another secret
     assert signed.batch_get_v1(keys[:2], indices(8, 2)) == [False, True]
+    assert signed.batch_set_v1(keys[:1], indices(0, 1)) == [True]  # tagged again
+    assert signed.batch_get_v1(keys[:1], indices(8, 1)) == [True] and page_bytes(pool, 8) == page_bytes(pool, 0)
     for storage in (signed, plain, forger):
         storage.close()
 

@@ -29,7 +29,7 @@ def _rejects(call: Callable[[], Any], what: str) -> None:
 
 
 def _unchanged(handle: Handle, kept: str, fresh: list[str]) -> None:
-    handle.check_pages(handle.fetch([kept]), [kept], 1, "the stored page after the rejected requests", rule=RULE)
+    handle.expect([kept], 1, "the stored page after the rejected requests", rule=RULE)
     check_equal(handle.exists_each(fresh), [False] * len(fresh), "exists of the keys of rejected writes", rule=RULE)
 
 
@@ -42,7 +42,7 @@ class BadInputTests:
         harness.require_sdk("request validation")
         handle = harness.open()
         kept = harness.key()
-        check_equal(handle.put([kept], versions=1), [True], "writing the page the bad requests must not change")
+        handle.store([kept], 1, "writing the page the bad requests must not change")
         return handle, kept, harness.keys(2)
 
     def test_bad_input_host_indices_length(self, harness: Harness) -> None:

@@ -17,8 +17,7 @@ class BatchTests:
     def test_batch_result_order(self, harness: Harness) -> None:
         """Results come back in request order, whatever the order of the keys."""
         handle = harness.open()
-        keys = harness.keys(8)
-        check_equal(handle.put(keys, versions=list(range(8))), [True] * 8, "writing 8 pages (versions 0..7)")
+        keys = handle.store_fresh(8, list(range(8)), "writing 8 pages (versions 0..7)")
         order = keys[::-1]
         random.Random(7).shuffle(order)
         for index, (key, data) in enumerate(zip(order, handle.fetch(order))):
@@ -46,8 +45,8 @@ class BatchTests:
         """A batch repeating a key succeeds, and reading a key twice returns its page twice."""
         handle = harness.open()
         key, other = harness.keys(2)
-        check_equal(handle.put([key, other, key], versions=4), [True] * 3, "writing [key, other, key]")
-        handle.check_pages(handle.fetch([key, key, other]), [key, key, other], 4, "reading [key, key, other]")
+        handle.store([key, other, key], 4, "writing [key, other, key]")
+        handle.expect([key, key, other], 4, "reading [key, key, other]")
         if not harness.caps.may_evict:
             check_equal(handle.exists_prefix([key, key, other]), 3, "batch_exists([key, key, other])")
 
@@ -55,11 +54,11 @@ class BatchTests:
         """A batch mixing hits and misses returns each hit's bytes and a miss (False / None) per absent key."""
         handle = harness.open()
         a, b, c, d = harness.keys(4)
-        check_equal(handle.put([a, c]), [True, True], "writing keys 0 and 2 of 4")
-        handle.check_pages(handle.fetch([a, b, c, d]), [a, b, c, d], [0, None, 0, None], "reading all 4")
+        handle.store([a, c], 0, "writing keys 0 and 2 of 4")
+        handle.expect([a, b, c, d], [0, None, 0, None], "reading all 4")
         if not harness.caps.may_evict:
             check_equal(handle.exists_each([a, b, c, d]), [True, False, True, False], "per-key existence of all 4")
-        handle.check_pages(handle.fetch([b, d]), [b, d], [None, None], "reading only the 2 absent keys")
+        handle.expect([b, d], [None, None], "reading only the 2 absent keys")
         handle.check_pages(handle.get_v0([b, a]), [b, a], [None, 0], "batch_get of [absent, stored]")
 
     def test_batch_exists_counts_leading_run(self, harness: Harness) -> None:
@@ -67,7 +66,7 @@ class BatchTests:
         per-key existence."""
         handle = harness.open()
         a, b, c, d = harness.keys(4)
-        check_equal(handle.put([a, c, d]), [True] * 3, "writing keys a, c, d (b absent)")
+        handle.store([a, c, d], 0, "writing keys a, c, d (b absent)")
         names = {a: "a", b: "b", c: "c", d: "d"}
         cases = {(a, b, c): 1, (a, c, d): 3, (b, a, c): 0, (a, c, b, d): 2, (d,): 1, (b,): 0}
         rule = "batch_exists is the number of consecutive stored keys from the start"
@@ -82,9 +81,8 @@ class BatchTests:
     def test_batch_of_128(self, harness: Harness) -> None:
         """A batch of 128 pages (SGLang's batch size) round-trips."""
         handle = harness.open(PoolSpec(num_pages=130))
-        keys = harness.keys(128)
-        check_equal(handle.put(keys, versions=1), [True] * 128, "writing 128 pages in one batch")
-        handle.check_pages(handle.fetch(keys), keys, 1, "reading 128 pages in one batch")
+        keys = handle.store_fresh(128, 1, "writing 128 pages in one batch")
+        handle.expect(keys, 1, "reading 128 pages in one batch")
         if not harness.caps.may_evict:
             check_equal(handle.exists_prefix(keys), 128, "batch_exists of the 128 pages")
 
@@ -92,9 +90,8 @@ class BatchTests:
         """A batch of 2 x max_batch_size + 3 pages round-trips (the base class splits it into chunks)."""
         count = min(2 * int(harness.caps.max_batch_size or 64) + 3, 2051)
         handle = harness.open(PoolSpec(num_pages=count))
-        keys = harness.keys(count)
-        check_equal(handle.put(keys, versions=2), [True] * count, f"writing {count} pages in one batch")
-        handle.check_pages(handle.fetch(keys), keys, 2, f"reading {count} pages in one batch")
+        keys = handle.store_fresh(count, 2, f"writing {count} pages in one batch")
+        handle.expect(keys, 2, f"reading {count} pages in one batch")
         if not harness.caps.may_evict:
             check_equal(handle.exists_prefix(keys), count, f"batch_exists of the {count} pages")
 

@@ -17,11 +17,10 @@ class PersistenceTests:
         """A persistent backend's pages survive close(): a new instance on the same config reads them."""
         harness.require("persistent")
         first = harness.open()
-        keys = harness.keys(4)
-        check_equal(first.put(keys, versions=6), [True] * 4, "writing 4 pages before close()")
+        keys = first.store_fresh(4, 6, "writing 4 pages before close()")
         first.close()
         second = harness.open(first.spec, config=first.config)
-        second.check_pages(second.fetch(keys), keys, 6, "a new instance on the same config reading them after close()")
+        second.expect(keys, 6, "a new instance on the same config reading them after close()")
 
 
 class DeleteTests:
@@ -36,16 +35,14 @@ class DeleteTests:
         harness.require("supports_delete")
         handle = harness.open()
         a, b, c, absent = harness.keys(4)
-        check_equal(handle.put([a, b, c], versions=2), [True] * 3, "writing 3 pages")
+        handle.store([a, b, c], 2, "writing 3 pages")
         check_equal(handle.delete([a, absent]), [True, True], "delete([stored, absent])")
         check_equal(handle.exists_each([a, absent]), [False, False], "exists of the deleted and the absent key")
-        handle.check_pages(
-            handle.fetch([a, b, c]), [a, b, c], [None, 2, 2], "reading the deleted page and its neighbours"
-        )
+        handle.expect([a, b, c], [None, 2, 2], "reading the deleted page and its neighbours")
         handle.check_pages(handle.get_v0([a]), [a], [None], "batch_get of the deleted page")
         check_equal(handle.delete([]), [], "delete([])")
-        check_equal(handle.put([a], versions=3), [True], "writing the deleted key again")
-        handle.check_pages(handle.fetch([a]), [a], 3, "reading the key written again after its delete")
+        handle.store([a], 3, "writing the deleted key again")
+        handle.expect([a], 3, "reading the key written again after its delete")
 
 
 class ClearTests:
@@ -57,13 +54,12 @@ class ClearTests:
         """clear() removes every page of the instance (exists and reads) and the backend stays usable."""
         harness.require("supports_clear")
         handle = harness.open()
-        keys = harness.keys(5)
-        check_equal(handle.put(keys), [True] * 5, "writing 5 pages")
+        keys = handle.store_fresh(5, 0, "writing 5 pages")
         check_equal(handle.backend.clear(), None, "clear()")
         check_equal(handle.exists_each(keys), [False] * 5, "exists of the 5 pages after clear()")
-        handle.check_pages(handle.fetch(keys), keys, [None] * 5, "reading the 5 pages after clear()")
-        check_equal(handle.put(keys[:1], versions=4), [True], "writing a page after clear()")
-        handle.check_pages(handle.fetch(keys[:1]), keys[:1], 4, "reading it back")
+        handle.expect(keys, [None] * 5, "reading the 5 pages after clear()")
+        handle.store(keys[:1], 4, "writing a page after clear()")
+        handle.expect(keys[:1], 4, "reading it back")
 
 
 class EvictionTests:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..checks import Mismatch, check, check_equal, describe_page
+from ..checks import Mismatch, check, describe_page
 from ..harness import Handle, Harness, expect_bools
 from ..pages import PoolSpec, host_indices, page_content, read_slot, tensor_bytes, tensor_of, verify_page, write_slot
 
@@ -57,8 +57,7 @@ class ConcurrencyTests:
     def test_concurrency_overlapping_reads_and_writes(self, harness: Harness) -> None:
         """Threads writing and reading overlapping keys (v1 and v0 mixed) never observe a partial or mixed page."""
         handle = harness.open(PoolSpec(num_pages=6 * SLOTS_PER_THREAD))
-        keys = harness.keys(6)
-        check_equal(handle.put(keys, versions=0), [True] * len(keys), "writing 6 pages before the threads start")
+        keys = handle.store_fresh(6, 0, "writing 6 pages before the threads start")
         versions = itertools.count(1)
         lock = threading.Lock()
         errors: list[str] = []
@@ -192,7 +191,7 @@ class ConcurrencyTests:
             )
         for begin in range(0, len(done), 8):
             chunk = done[begin : begin + 8]
-            handle.check_pages(handle.fetch(chunk), chunk, 11, "reading the pages after the writes")
+            handle.expect(chunk, 11, "reading the pages after the writes")
 
 
 def _write_one(handle: Handle, key: str, slot: int) -> None:
@@ -212,11 +211,13 @@ def _read_one(handle: Handle, key: str, slots: list[int]) -> bytes | None:
 
 
 def _faults_counted(backend: Any) -> int | None:
-    """Faults the caller API counted so far (``None`` where it keeps no statistics)."""
+    """Faults counted so far (``None`` where the caller API keeps no statistics): whole calls (``faults``,
+    ``short_circuited``) and single keys of a call (the backend's ``key_faults``)."""
     get_stats = getattr(backend, "get_stats", None)
     if get_stats is None:
         return None
     stats = get_stats()
     if not isinstance(stats, dict):
         return None
-    return int(stats.get("faults", 0)) + int(stats.get("counters", {}).get("short_circuited", 0))
+    counters = stats.get("counters", {})
+    return int(stats.get("faults", 0)) + int(counters.get("short_circuited", 0)) + int(counters.get("key_faults", 0))

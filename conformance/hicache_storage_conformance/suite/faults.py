@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -53,6 +53,38 @@ def _calls(handle: Handle, stored: str, fresh: str) -> list[Call]:
     if harness.sdk:
         calls.append(("batch_exists_each", lambda: backend.batch_exists_each([stored, fresh]), [False, False]))
     return calls
+
+
+#: Per poisoned primitive: how page 1 is handed to it, the answer due, the rule, what a backend that
+#: swallows the error does instead.
+_POISONED = {
+    "write_pages": (
+        "a buffer that raises on use (its host memory unreadable)",
+        "False unless the page is stored byte-exact (let the error propagate: the base class turns it into False "
+        "and counts it)",
+        "a write is acknowledged (True) only once a read of that key returns the whole page",
+        "acknowledged a page it never stored",
+    ),
+    "read_pages": (
+        "a read-only view of its slot (nothing can be read into it)",
+        "a miss unless the slot holds the page (let the error propagate: the base class turns it into a miss)",
+        "a read that fails is a miss, never a hit with bytes that are not the page",
+        "reported a page it never read",
+    ),
+}
+
+
+def _swallowed(path: str, primitive: str, keys: list[str], index: int, actual: str) -> NoReturn:
+    """Raise the :class:`Mismatch` of a backend that swallowed the error of a poisoned ``primitive``."""
+    handed, expected, rule, did = _POISONED[primitive]
+    raise Mismatch(
+        f"{path} of 3 pages, page 1 handed to {primitive} as {handed}: the answer for page {index} "
+        f"(key {short_key(keys[index])})",
+        expected,
+        actual,
+        rule=rule,
+        hint=f"the backend swallowed an error and {did}",
+    )
 
 
 def _call(name: str, call: Callable[[], Any], expected: Any, limit: float, when: str) -> None:
@@ -101,7 +133,7 @@ class FaultTests:
         handle = self._faults_handle(harness, FAULT_RESILIENCE)
         backend = handle.backend
         stored, fresh = harness.keys(2)
-        check_equal(handle.put([stored], versions=1), [True], "writing a page before the fault")
+        handle.store([stored], 1, "writing a page before the fault")
         calls = _calls(handle, stored, fresh)
         if mode == "hangs":
             calls = [call for call in calls if call[0] in HANG_CALLS]
@@ -124,7 +156,7 @@ class FaultTests:
                     rule="a backend fault is counted in get_stats()",
                 )
         _recovers(handle, fresh, 2, f"the backend after the injected fault ({mode})")
-        handle.check_pages(handle.fetch([stored]), [stored], 1, "reading, after the fault, the page written before it")
+        handle.expect([stored], 1, "reading, after the fault, the page written before it")
 
     def test_faults_write_error_is_not_acknowledged(self, harness: Harness) -> None:
         """A write that fails inside the backend answers False: True only for a page stored byte-exact
@@ -140,25 +172,16 @@ class FaultTests:
             got = handle.fetch(keys)
             seen = handle.exists_each(keys)
             for index, (ok, data, there) in enumerate(zip(done, got, seen)):
-                exact = data == handle.content(keys[index], 1)
-                if (ok or there) and not exact:
+                if (ok or there) and data != handle.content(keys[index], 1):
                     answer = "True" if ok else "False, yet exists() says the page is there"
-                    raise Mismatch(
-                        f"{path} of 3 pages, page 1 handed to write_pages as a buffer that raises on use "
-                        f"(its host memory unreadable): the answer for page {index} (key {short_key(keys[index])})",
-                        "False unless the page is stored byte-exact (let the error propagate: the base class "
-                        "turns it into False and counts it)",
-                        f"{answer}, and a read returns {describe_page(data, keys[index], 1, others=keys)}",
-                        rule="a write is acknowledged (True) only once a read of that key returns the whole page",
-                        hint="the backend swallowed an error and acknowledged a page it never stored",
-                    )
+                    actual = f"{answer}, and a read returns {describe_page(data, keys[index], 1, others=keys)}"
+                    _swallowed(path, "write_pages", keys, index, actual)
 
     def test_faults_read_error_is_a_miss(self, harness: Harness) -> None:
         """A read that fails inside the backend is a miss: never a hit whose host slot does not hold the page."""
         harness.require_sdk("fault injection into backend primitives")
         handle = self._faults_handle(harness, FAULT_RESILIENCE)
-        keys = harness.keys(3)
-        check_equal(handle.put(keys, versions=2), [True] * 3, "writing 3 pages")
+        keys = handle.store_fresh(3, 2, "writing 3 pages")
         doomed = {handle.storage_key(keys[1])}
         reads: list[tuple[str, Callable[[], list[bytes | None]]]] = [("batch_get", lambda: handle.get_v0(keys))]
         if harness.target.has_v1:
@@ -168,22 +191,15 @@ class FaultTests:
                 got = read()
             for index, data in enumerate(got):
                 if data is not None and data != handle.content(keys[index], 2):
-                    raise Mismatch(
-                        f"{path} of 3 pages, page 1 handed to read_pages as a read-only view of its slot "
-                        f"(nothing can be read into it): the answer for page {index} (key {short_key(keys[index])})",
-                        "a miss unless the slot holds the page (let the error propagate: the base class turns it "
-                        "into a miss)",
-                        f"a hit, and the slot holds {describe_page(data, keys[index], 2, others=keys)}",
-                        rule="a read that fails is a miss, never a hit with bytes that are not the page",
-                        hint="the backend swallowed an error and reported a page it never read",
-                    )
+                    actual = f"a hit, and the slot holds {describe_page(data, keys[index], 2, others=keys)}"
+                    _swallowed(path, "read_pages", keys, index, actual)
 
     def test_faults_server_stopped_then_restarted(self, harness: Harness) -> None:
         """With the store gone every batch call answers misses / False within 10 s and never raises;
         after the restart the backend works again and nothing written meanwhile reads as data."""
         handle = self._faults_handle(harness, FAST_RESILIENCE)
         stored, fresh = harness.keys(2)
-        check_equal(handle.put([stored], versions=1), [True], "writing a page before the outage")
+        handle.store([stored], 1, "writing a page before the outage")
         harness.stop_server_or_skip(handle)
         for name, call, expected in _calls(handle, stored, fresh):
             _call(name, call, expected, CALL_LIMIT_S, "with the server stopped")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..checks import check, check_equal, describe_page
+from ..checks import check, describe_page
 from ..harness import Handle, Harness
 from ..hooks import SideChannelUnavailable
 
@@ -29,7 +29,7 @@ def _damage(harness: Harness, handle: Handle, key: str, how: Callable[[Any, str]
 
 def _check_neighbours(harness: Harness, handle: Handle, damaged: str, what: str) -> None:
     before, after = harness.keys(2)
-    check_equal(handle.put([before, after], versions=1), [True, True], "writing the two neighbours")
+    handle.store([before, after], 1, "writing the two neighbours")
     keys = [before, damaged, after]
     got = handle.fetch(keys)
     check(
@@ -47,7 +47,7 @@ def _check_damaged(harness: Harness, how: Callable[[Any, str], None], what: str)
     (also between two good neighbours, and through ``batch_get``)."""
     handle = harness.open()
     key = harness.key()
-    check_equal(handle.put([key]), [True], f"writing the page to leave {what}")
+    handle.store([key], 0, f"writing the page to leave {what}")
     _damage(harness, handle, key, how)
     _check_neighbours(harness, handle, key, what)
     handle.check_pages(handle.get_v0([key]), [key], [None], f"batch_get of the {what} page", rule=RULE)

@@ -46,7 +46,7 @@ class IsolationTests:
             harness.require_sdk("the namespace option")
         writer = harness.open(PoolSpec(), **BASE)
         key = harness.key()
-        check_equal(writer.put([key]), [True], "the writer storing a page")
+        writer.store([key], 0, "the writer storing a page")
         _shared_or_skip(harness, writer, key)
         fields = {**BASE, **config_changes}
         extra = None
@@ -59,7 +59,7 @@ class IsolationTests:
         what = f"a deployment differing only in {variant}"
         rule = "isolation: deployments that could misread each other's bytes never share a storage key"
         check_equal(reader.exists_each([key]), [False], f"{what}: exists of the writer's page", rule=rule)
-        reader.check_pages(reader.fetch([key]), [key], [None], f"{what}: reading the writer's page", rule=rule)
+        reader.expect([key], [None], f"{what}: reading the writer's page", rule=rule)
         if harness.sdk:
             check_equal(reader.exists_prefix([key]), 0, f"{what}: batch_exists of the writer's page", rule=rule)
 
@@ -68,9 +68,9 @@ class IsolationTests:
         spec = PoolSpec(is_mla=True)
         writer = harness.open(spec, tp_rank=0, tp_size=2, is_mla_model=True)
         key = harness.key()
-        check_equal(writer.put([key], versions=9), [True], "tp rank 0 of an MLA model storing a page")
+        writer.store([key], 9, "tp rank 0 of an MLA model storing a page")
         _twin = harness.open(spec, config=writer.config)
         if _twin.fetch([key]) != [writer.content(key, 9)]:
             harness.skip_unshared()
         reader = harness.open(spec, tp_rank=1, tp_size=2, is_mla_model=True)
-        reader.check_pages(reader.fetch([key]), [key], 9, "tp rank 1 of the MLA model reading rank 0's page")
+        reader.expect([key], 9, "tp rank 1 of the MLA model reading rank 0's page")

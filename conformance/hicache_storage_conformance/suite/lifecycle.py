@@ -24,8 +24,8 @@ class LifecycleTests:
         """A fresh instance on the given config stores a page and reads it back."""
         handle = harness.open()
         key = harness.key()
-        check_equal(handle.put([key]), [True], "writing one page to a fresh instance")
-        handle.check_pages(handle.fetch([key]), [key], 0, "reading it back")
+        handle.store([key], 0, "writing one page to a fresh instance")
+        handle.expect([key], 0, "reading it back")
 
     def test_lifecycle_context_manager(self, harness: Harness) -> None:
         """The backend is a context manager: __enter__ returns it, leaving the block closes it."""
@@ -42,7 +42,7 @@ class LifecycleTests:
         harness.require_sdk("close()")
         handle = harness.open()
         key = harness.key()
-        check_equal(handle.put([key]), [True], "writing a page before close()")
+        handle.store([key], 0, "writing a page before close()")
         backend = handle.backend
         handle.close()
         backend.close()  # second close: no error
@@ -70,12 +70,12 @@ class LifecycleTests:
         """A second instance on the same config, after the first is closed, writes and reads pages."""
         first = harness.open()
         key = harness.key()
-        check_equal(first.put([key]), [True], "writing a page with the first instance")
+        first.store([key], 0, "writing a page with the first instance")
         first.close()
         second = harness.open(config=first.config)
         other = harness.key()
-        check_equal(second.put([other]), [True], "a second instance on the same config writing a page")
-        second.check_pages(second.fetch([other]), [other], 0, "the second instance reading it back")
+        second.store([other], 0, "a second instance on the same config writing a page")
+        second.expect([other], 0, "the second instance reading it back")
 
     def test_lifecycle_unknown_option_is_rejected(self, harness: Harness) -> None:
         """An unknown option raises ConfigError naming it (a typo never falls back to a default)."""

@@ -20,7 +20,8 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from ...errors import ConfigError, HostPoolError, InvalidRequestError
+from ...errors import ConfigError, InvalidRequestError
+from ...free_list import FreeList
 from ...keys import validate_key
 from ...pools import PoolHitPolicy
 from ..copy_engine import CopyHandle
@@ -152,16 +153,17 @@ class Component(ABC):
         return f"{type(self).__name__}(name={self.name!r}, window={self.window}, device={self.device!r})"
 
 
-class UnitStaging:
+class UnitStaging(FreeList):
     """Owner-tagged allocation of one component's host units, from an arena the pipeline reserves.
 
     At construction every slot of the host pool is allocated once, under the owner
-    ``("staging", component name)``; units are then handed to operations from a free list kept
-    here (a unit is one host page: ``unit_tokens`` slots), each with its operation's owner tag,
-    and taken back at the operation's end. Sub-allocating avoids one pool call per operation,
-    which costs more than the rest of a sidecar's bookkeeping, and works for any host pool
+    ``("staging", component name)``; units are then handed to operations from this free list
+    (a unit is one host page: ``unit_tokens`` slots; :meth:`alloc` and :meth:`release` as
+    :class:`~hicache_storage.free_list.FreeList`'s), each with its operation's owner tag, and taken
+    back at the operation's end. Sub-allocating avoids one pool call per operation, which costs
+    more than the rest of a sidecar's bookkeeping, and works for any host pool
     (``alloc(count * unit_tokens, owner)`` / ``free`` / ``available_size()``), whether it records
-    owners or not. Units come out in ascending order when the free list allows it.
+    owners or not.
     """
 
     def __init__(self, component: Component, pool: Any) -> None:
@@ -176,43 +178,13 @@ class UnitStaging:
                 f"component {component.name!r}",
                 "its host pool has slots allocated already; the pipeline needs all of it",
             )
-        self._free: list[int] = list(range(self.units - 1, -1, -1))
-        self.owners: dict[int, object] = {}
-
-    @property
-    def used(self) -> int:
-        """Units handed to operations."""
-        return len(self.owners)
-
-    @property
-    def free(self) -> int:
-        """Units not handed out."""
-        return len(self._free)
-
-    def alloc(self, count: int, owner: object) -> list[int] | None:
-        """``count`` units tagged ``owner``, or ``None`` when too few are free."""
-        free = self._free
-        if count > len(free):
-            return None
-        units = [free.pop() for _ in range(count)]
-        owners = self.owners
-        for unit in units:
-            owners[unit] = owner
-        return units
-
-    def release(self, units: Sequence[int]) -> None:
-        """Take units back; a unit not handed out raises :class:`HostPoolError` and nothing is taken."""
-        owners = self.owners
-        if any(unit not in owners for unit in units) or len(set(units)) != len(units):
-            raise HostPoolError(f"{self.component.name} units {list(units)} are not all handed out (double free?)")
-        for unit in units:
-            del owners[unit]
-        self._free.extend(reversed(units))
+        super().__init__(self.units, f"{component.name} units")
 
     def problems(self) -> str | None:
         """What is wrong with the arena's own accounting (``None`` when nothing is)."""
-        if len(self._free) + len(self.owners) != self.units or set(self._free) & set(self.owners):
-            return f"{len(self._free)} free + {len(self.owners)} handed out != {self.units} units"
+        problem = super().problems()
+        if problem is not None:
+            return problem
         if int(self.pool.available_size()) != 0:
             return f"the host pool has {self.pool.available_size()} slots outside the pipeline's arena"
         owners = getattr(self.pool, "owners", None)

@@ -18,10 +18,10 @@ import torch
 from typing_extensions import Unpack
 
 from ...errors import ConfigError
+from ...page_allocator import PageAllocator
 from ...pools import HostStatePool
 from ...pools.state_pool import StateGeometry, state_geometry
 from ..copy_engine import CopyHandle, byte_array, copy_runs, page_runs
-from ..device_pool import PageAllocator
 from .base import Component
 
 __all__ = ["DeviceStatePool", "MambaComponent", "StateCopyEngine"]
