@@ -13,7 +13,8 @@ projects=(. conformance)
 for dir in backends/*/ examples/plugin-template/; do
   [ -f "$dir/pyproject.toml" ] && projects+=("${dir%/}")
 done
-for project in "${projects[@]}"; do
+build_one() { # build_one PROJECT: its sdist and wheel into $OUT
+  local project=$1 work
   echo "[build-dists] $project" >&2
   # A copy without build outputs, so an editable install's egg-info never leaks into the sdist.
   work="$(mktemp -d)"
@@ -21,6 +22,19 @@ for project in "${projects[@]}"; do
     --exclude=.services --exclude=site --exclude=backends --exclude=tests -cf - . | tar -C "$work" -xf -
   "$PY" -m build --no-isolation --sdist --wheel --outdir "$OUT" "$work" >/dev/null
   rm -rf "$work"
+}
+# A few builds at a time: each is mostly a fresh interpreter importing setuptools, waiting on files.
+pids=()
+for project in "${projects[@]}"; do
+  build_one "$project" &
+  pids+=($!)
+  if [ "${#pids[@]}" -ge "${BUILD_JOBS:-3}" ]; then
+    wait "${pids[0]}"
+    pids=("${pids[@]:1}")
+  fi
+done
+for pid in "${pids[@]}"; do
+  wait "$pid"
 done
 "$PY" -m twine check --strict "$OUT"/*
 echo "[build-dists] $(ls "$OUT" | wc -l) files in $OUT" >&2
