@@ -34,7 +34,7 @@ pages of its own (default 8 batches; untimed, kept to the end), so its directori
 do once a store holds pages (``--resident-pages 0``: every repetition writes into an empty store).
 The results JSON records the load average before every repetition besides versions and machine.
 
-    bash scripts/sglang-test.sh    # once: sglang==0.5.23 into .venv/sglang-0.5.23 (no GPU needed)
+    bash scripts/sglang-install.sh    # once: sglang==0.5.23 into .venv/sglang-0.5.23 (no GPU needed)
     source scripts/services/env.sh && bash scripts/services/start.sh mooncake
     PYTHONPATH=.venv/sglang-0.5.23 .venv/bin/python benchmarks/bench_vs_sglang.py --repeat 7 [--json out.json]
     PYTHONPATH=.venv/sglang-0.5.23 .venv/bin/python benchmarks/bench_vs_sglang.py --groups file [--resident-pages 0]

@@ -45,6 +45,7 @@ stop_worker_servers() {
 }
 on_exit() {
   local rc=$?
+  [ -n "$SGLANG_INSTALL_PID" ] && { kill "$SGLANG_INSTALL_PID" 2>/dev/null || true; }
   if [ -d scripts/services ]; then
     stop_worker_servers
     bash "$ROOT/scripts/services/stop.sh" >/dev/null 2>&1 || true
@@ -53,11 +54,16 @@ on_exit() {
   exit $rc
 }
 TEST_BEGIN=$(now)
+SGLANG_INSTALL_PID=""
 trap on_exit EXIT
 
 stage "setup (.venv)"
 bash scripts/setup.sh
 export PATH="$VENV/bin:$PATH"
+# The SGLang tier's packages install in the background while the stages below run.
+SGLANG_INSTALL_LOG="$VENV/sglang-install.log"
+bash scripts/sglang-install.sh >/dev/null 2>"$SGLANG_INSTALL_LOG" &
+SGLANG_INSTALL_PID=$!
 
 if [ -d scripts/services ]; then
   stage "servers (install, start)"
@@ -88,4 +94,12 @@ parallel=()
 [ "$WORKERS" -gt 0 ] && parallel=(-n "$WORKERS" --dist loadgroup)
 python -m pytest -q "${parallel[@]}" --durations=15 "${test_dirs[@]}" "$@"
 stage "SGLang tier (released sglang package, no GPU)"
+install_rc=0
+wait "$SGLANG_INSTALL_PID" || install_rc=$?
+SGLANG_INSTALL_PID=""
+cat "$SGLANG_INSTALL_LOG" >&2
+if [ "$install_rc" -ne 0 ]; then
+  echo "[test] scripts/sglang-install.sh failed (exit $install_rc)" >&2
+  exit "$install_rc"
+fi
 bash scripts/sglang-test.sh
