@@ -1,7 +1,8 @@
 """Hooks for every test of this checkout, with or without pytest-xdist (``scripts/test.sh`` runs ``-n``).
 
 - Each xdist worker runs against test servers of its own (:mod:`hicache_storage.testing.workers`),
-  stopped when the worker ends; without xdist the checkout's servers serve, as before.
+  stopped when the worker ends; without xdist the checkout's servers serve, as before, unless
+  ``HICACHE_TEST_SERVER_SET=N`` names worker N's set (a run beside an xdist run of N workers).
 - Under ``--dist loadgroup``, the tests that share a module- or class-scoped fixture run on one
   worker, so that fixture (a private server, a built wheel) is set up once.
 - botocore's data files (service models, endpoints) are read once per test process, not once per
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ WORKER = pytest.StashKey[int]()
 #: What the fault tests measured on the workers (this file's ``pytest_sessionfinish`` hands it over).
 RELIABILITY = pytest.StashKey[dict[str, Any]]()
 RELIABILITY_OUTPUT = "hicache_reliability"
+#: Environment variable: run on the test servers of worker number N (N >= 1), as xdist worker gwN would.
+SERVER_SET = "HICACHE_TEST_SERVER_SET"
 
 
 class _SearchPaths(list[str]):
@@ -61,14 +65,23 @@ def pytest_configure(config: pytest.Config) -> None:
     share_botocore_loaders()
     # The worker itself, not a pytest that one of its tests runs (that inherits PYTEST_XDIST_WORKER).
     worker = getattr(config, "workerinput", {}).get("workerid")
-    if worker:  # imported here: a run without xdist needs none of it
+    # A run beside an xdist run (scripts/test.sh runs the SGLang tier so) names a set of servers of its
+    # own; popped, so that a pytest one of its tests runs uses this run's servers as they are.
+    server_set = os.environ.pop(SERVER_SET, "")
+    if worker or server_set:  # imported here: a run without either needs none of it
         from hicache_storage.testing.fixtures import checkout_services
         from hicache_storage.testing.workers import use_worker_servers, worker_number
 
-        number = worker_number(worker)
+        number = worker_number(worker) if worker else _server_set_number(server_set)
         if number is not None:
             config.stash[WORKER] = number
             use_worker_servers(checkout_services(Path(__file__).parent), number)
+
+
+def _server_set_number(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise pytest.UsageError(f"{SERVER_SET}={value!r}: expected the number of a set of test servers, 1 or more")
+    return int(value)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -3,6 +3,7 @@
 # run ruff, mypy, the documentation build and the whole test suite, then stop the servers.
 # pytest runs in HICACHE_TEST_WORKERS (default 4) pytest-xdist workers, each on test servers of its own
 # (hicache_storage/testing/workers.py); HICACHE_TEST_WORKERS=0 runs it in one process.
+# The SGLang tier (scripts/sglang-test.sh) runs alongside, on test servers of its own.
 # Prints how long each stage took, and pytest's 15 slowest tests. Extra arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,7 +46,7 @@ stop_worker_servers() {
 }
 on_exit() {
   local rc=$?
-  [ -n "$SGLANG_INSTALL_PID" ] && { kill "$SGLANG_INSTALL_PID" 2>/dev/null || true; }
+  [ -n "$TIER_PID" ] && { kill -- "-$TIER_PID" 2>/dev/null || true; }
   if [ -d scripts/services ]; then
     stop_worker_servers
     bash "$ROOT/scripts/services/stop.sh" >/dev/null 2>&1 || true
@@ -54,16 +55,12 @@ on_exit() {
   exit $rc
 }
 TEST_BEGIN=$(now)
-SGLANG_INSTALL_PID=""
+TIER_PID=""
 trap on_exit EXIT
 
 stage "setup (.venv)"
 bash scripts/setup.sh
 export PATH="$VENV/bin:$PATH"
-# The SGLang tier's packages install in the background while the stages below run.
-SGLANG_INSTALL_LOG="$VENV/sglang-install.log"
-bash scripts/sglang-install.sh >/dev/null 2>"$SGLANG_INSTALL_LOG" &
-SGLANG_INSTALL_PID=$!
 
 if [ -d scripts/services ]; then
   stage "servers (install, start)"
@@ -72,6 +69,17 @@ if [ -d scripts/services ]; then
   source scripts/services/env.sh
   bash scripts/services/start.sh
 fi
+
+# The SGLang tier runs alongside the stages below, on a set of test servers of its own (the next
+# worker number), in a process group of its own; its output is printed after pytest's.
+TIER_LOG="$VENV/sglang-tier.log"
+TIER_SET=$((WORKERS > 0 ? WORKERS : 1))
+setsid bash -c 'begin=$(date +%s.%N)
+  rc=0
+  HICACHE_TEST_SERVER_SET='"$TIER_SET"' bash scripts/sglang-test.sh || rc=$?
+  awk -v a="$begin" -v b="$(date +%s.%N)" "BEGIN { printf \"%.1f\", b - a }" > "$0.seconds"
+  exit $rc' "$TIER_LOG" >"$TIER_LOG" 2>&1 &
+TIER_PID=$!
 
 stage "ruff"
 ruff check .
@@ -93,13 +101,11 @@ done
 parallel=()
 [ "$WORKERS" -gt 0 ] && parallel=(-n "$WORKERS" --dist loadgroup)
 python -m pytest -q "${parallel[@]}" --durations=15 "${test_dirs[@]}" "$@"
-stage "SGLang tier (released sglang package, no GPU)"
-install_rc=0
-wait "$SGLANG_INSTALL_PID" || install_rc=$?
-SGLANG_INSTALL_PID=""
-cat "$SGLANG_INSTALL_LOG" >&2
-if [ "$install_rc" -ne 0 ]; then
-  echo "[test] scripts/sglang-install.sh failed (exit $install_rc)" >&2
-  exit "$install_rc"
-fi
-bash scripts/sglang-test.sh
+stage "SGLang tier: waiting for it after pytest"
+tier_rc=0
+wait "$TIER_PID" || tier_rc=$?
+TIER_PID=""
+stage_end
+cat "$TIER_LOG" >&2
+STAGES+=("$(printf '%-44s %7.1f s' "SGLang tier (released sglang, no GPU; alongside)" "$(cat "$TIER_LOG.seconds" 2>/dev/null || echo 0)")")
+[ "$tier_rc" -eq 0 ] || { echo "[test] SGLang tier failed (exit $tier_rc)" >&2; exit "$tier_rc"; }
