@@ -7,15 +7,25 @@ than ``IOV_MAX`` buffers or a short write.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import math
 import os
 import select
 import socket
+import threading
 from collections.abc import Callable, Sequence
 
-__all__ = ["IOV_MAX", "byte_views", "flat_view", "preadv_all", "pwritev_all", "sendmsg_all", "writev_all"]
+__all__ = [
+    "IOV_MAX",
+    "LeftoverTemps",
+    "byte_views",
+    "flat_view",
+    "preadv_all",
+    "publish_file",
+    "pwritev_all",
+    "sendmsg_all",
+    "writev_all",
+]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -160,6 +170,40 @@ def preadv_all(fd: int, buffers: Sequence[memoryview | bytearray], offset: int =
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
+class LeftoverTemps:
+    """Temp files a failed publish could not remove (the file system turned read-only under it, say):
+    :meth:`sweep` removes them once it can. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._paths: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def add(self, path: str) -> None:
+        with self._lock:
+            self._paths.add(path)
+
+    def sweep(self) -> int:
+        """Try to remove every leftover temp file again; how many are still there."""
+        if not self._paths:
+            return 0
+        with self._lock:
+            paths, self._paths = self._paths, set()
+        kept = set()
+        for path in paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                kept.add(path)
+        with self._lock:
+            self._paths |= kept
+            return len(self._paths)
+
+
 def publish_file(
     temp: str,
     final: str,
@@ -168,12 +212,14 @@ def publish_file(
     *,
     fsync: bool = False,
     make_directory: Callable[[], None] | None = None,
+    leftovers: LeftoverTemps | None = None,
 ) -> None:
     """Write ``buffers`` (``total`` bytes) to the new file ``temp`` (mode 0600), then rename it over ``final``.
 
     Readers of ``final`` see the old file or the whole new one, never a part. When ``temp``'s
     directory is missing, ``make_directory()`` creates it (again, up to twice, for a directory that
-    another process removes as it empties). On any error ``temp`` is removed and the error raised.
+    another process removes as it empties). On any error ``temp`` is removed and the error raised;
+    a ``temp`` that cannot be removed then goes to ``leftovers``, for a later :meth:`~LeftoverTemps.sweep`.
     """
     for attempt in range(3):
         try:
@@ -192,6 +238,11 @@ def publish_file(
             os.close(fd)
         os.replace(temp, final)
     except BaseException:
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            if leftovers is not None:
+                leftovers.add(temp)
         raise

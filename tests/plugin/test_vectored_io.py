@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from hicache_storage.plugin.vectored_io import IOV_MAX, preadv_all, pwritev_all, sendmsg_all, writev_all
+from hicache_storage.plugin.vectored_io import (
+    IOV_MAX,
+    LeftoverTemps,
+    preadv_all,
+    publish_file,
+    pwritev_all,
+    sendmsg_all,
+    writev_all,
+)
 
 
 def _segments(count: int, size: int) -> list[memoryview]:
@@ -148,3 +156,46 @@ def test_pwritev_all_writes_at_the_offset_and_leaves_the_file_offset(tmp_path: P
     finally:
         os.close(fd)
     assert path.read_bytes() == b"-" * 7 + b"".join(segments)
+
+
+def test_publish_file_replaces_the_final_file_whole(tmp_path: Path) -> None:
+    final = tmp_path / "page"
+    final.write_bytes(b"old")
+    publish_file(str(tmp_path / ".page.1.tmp"), str(final), _segments(3, 4), 12)
+    assert final.read_bytes() == b"".join(_segments(3, 4))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page"]
+
+
+def test_a_temp_file_a_failed_publish_cannot_remove_is_swept_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file system turns read-only between the write and the rename: neither the rename nor the
+    removal of the temp file works; once it is writable again, a sweep removes the temp file."""
+    final, temp = tmp_path / "page", tmp_path / ".page.1.tmp"
+    real_unlink = os.unlink
+
+    def read_only(*_args: object, **_kwargs: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    leftovers = LeftoverTemps()
+    monkeypatch.setattr(os, "replace", read_only)
+    monkeypatch.setattr(os, "unlink", read_only)
+    with pytest.raises(OSError, match="Read-only"):
+        publish_file(str(temp), str(final), _segments(2, 8), 16, leftovers=leftovers)
+    assert temp.exists() and not final.exists() and len(leftovers) == 1
+    assert leftovers.sweep() == 1  # still read-only: kept for the next sweep
+    monkeypatch.setattr(os, "unlink", real_unlink)
+    assert leftovers.sweep() == 0
+    assert list(tmp_path.iterdir()) == []
+    assert leftovers.sweep() == 0  # nothing left to do
+
+
+def test_a_failed_publish_removes_its_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    leftovers = LeftoverTemps()
+    monkeypatch.setattr(os, "replace", refused)
+    with pytest.raises(OSError, match="No space"):
+        publish_file(str(tmp_path / ".page.1.tmp"), str(tmp_path / "page"), _segments(2, 8), 16, leftovers=leftovers)
+    assert list(tmp_path.iterdir()) == [] and len(leftovers) == 0

@@ -36,7 +36,7 @@ from hicache_storage.plugin import (
 )
 from hicache_storage.plugin.io_threads import IoThreads
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, record_codec
-from hicache_storage.plugin.vectored_io import preadv_all, publish_file
+from hicache_storage.plugin.vectored_io import LeftoverTemps, preadv_all, publish_file
 
 from .eviction import SizeLimit
 from .footprint import Footprint, choose_fanout
@@ -96,6 +96,7 @@ class FileBackend(Backend[FileOptions]):
         self._threads = IoThreads(self.io_threads)
         self._nonce = secrets.token_hex(4)
         self._counter = itertools.count()
+        self._leftovers = LeftoverTemps()
         self._eviction: SizeLimit | None = None
         if options.max_bytes is not None:
             self._eviction = SizeLimit(options.max_bytes, self.layout, footprint)
@@ -131,6 +132,7 @@ class FileBackend(Backend[FileOptions]):
         if self._read_only:
             self._counters.bump("read_only_writes_refused", len(keys))
             return [False] * len(keys)
+        self._leftovers.sweep()  # temp files an earlier failed write could not remove
         directories: set[str] = set()
         errors: list[BaseException] = []
 
@@ -171,7 +173,15 @@ class FileBackend(Backend[FileOptions]):
         trailer = self._codec.header(key, page)
         size = HEADER_SIZE + sum(segment.nbytes for segment in page)
         make_directory = lambda: layout.ensure_directory(directory)  # noqa: E731 (only if the directory is missing)
-        publish_file(temp, final, [*page, trailer], size, fsync=self._fsync, make_directory=make_directory)
+        publish_file(
+            temp,
+            final,
+            [*page, trailer],
+            size,
+            fsync=self._fsync,
+            make_directory=make_directory,
+            leftovers=self._leftovers,
+        )
         directories.add(directory)
         if self._eviction is not None and not self._eviction.fits(final, size):
             self._remove(final)
@@ -184,6 +194,8 @@ class FileBackend(Backend[FileOptions]):
 
     def release(self) -> None:
         self._threads.close()
+        if self._leftovers.sweep():
+            self._counters.note(f"{len(self._leftovers)} temp file(s) of failed writes could not be removed")
 
     def read_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         return self._threads.map(self._read_one, keys, pages)

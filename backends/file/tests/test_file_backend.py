@@ -180,6 +180,32 @@ def test_failed_write_leaves_no_temp_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
 
 
+def test_a_temp_file_that_could_not_be_removed_goes_with_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file system turns read-only between a page's write and its rename (the unlink of the temp
+    file fails too); the next write, once it is writable again, removes the temp file."""
+    backend = open_files(tmp_path)
+    keys = ["hc1-0000.first.tp0of1", "hc1-0000.second.tp0of1"]
+    page = [memoryview(bytearray(64))]
+    real_replace, real_unlink = os.replace, os.unlink
+
+    def read_only(*_args: object, **_kwargs: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "replace", read_only)
+    monkeypatch.setattr(os, "unlink", read_only)
+    with pytest.raises(OSError):
+        backend.write_pages(keys[:1], [page], kit.plain_context(64))
+    left = [p for p, is_temp in backend.layout.iter_owned_files() if is_temp]
+    assert len(left) == 1
+    monkeypatch.setattr(os, "replace", real_replace)
+    monkeypatch.setattr(os, "unlink", real_unlink)
+    assert backend.write_pages(keys[1:], [page], kit.plain_context(64)) == [True]
+    assert [p for p, is_temp in backend.layout.iter_owned_files() if is_temp] == []
+    assert backend.pages_exist(keys, kit.plain_context(64)) == [False, True]
+
+
 # ----------------------------------------------------------------------------- layout and permissions
 @pytest.mark.parametrize("levels", [0, 1, 2, 3])
 def test_fanout_directories_follow_the_key_hash(tmp_path: Path, levels: int) -> None:

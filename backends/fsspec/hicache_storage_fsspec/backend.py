@@ -219,10 +219,15 @@ class FsspecBackend(Backend[FsspecOptions]):
             self.counters.bump("key_faults", len(faults))
         return [False if isinstance(item, BaseException) else ok(item) for item in outcomes]
 
+    def release(self) -> None:
+        if self._local is not None:
+            self._local.leftovers.sweep()
+
     # ------------------------------------------------------------ primitives
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
+            self._local.leftovers.sweep()  # temp files an earlier failed write could not remove
             outcomes: list[Any] = []
             for path, key, page in zip(paths, keys, pages, strict=True):
                 try:

@@ -13,7 +13,7 @@ import stat
 from collections.abc import Sequence
 
 from hicache_storage.plugin.page_format import HEADER_SIZE, PageRecordError, RecordCodec
-from hicache_storage.plugin.vectored_io import publish_file
+from hicache_storage.plugin.vectored_io import LeftoverTemps, publish_file
 
 __all__ = ["LocalPageFiles", "TEMP_SUFFIX"]
 
@@ -29,6 +29,8 @@ class LocalPageFiles:
         self._codec = codec or RecordCodec()
         self._nonce = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._counter = itertools.count()
+        #: Temp files of failed writes not removed yet (swept before each batch of writes).
+        self.leftovers = LeftoverTemps()
 
     def write(self, path: str, key: str, page: Sequence[memoryview]) -> None:
         """Publish the record of ``page`` under storage key ``key`` at ``path`` atomically: write a temp
@@ -42,6 +44,7 @@ class LocalPageFiles:
             [header, *page],
             HEADER_SIZE + sum(s.nbytes for s in page),
             make_directory=lambda: os.makedirs(directory, mode=0o700, exist_ok=True),
+            leftovers=self.leftovers,
         )
 
     @staticmethod
