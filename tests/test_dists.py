@@ -68,11 +68,10 @@ def test_the_wheels_install_and_list_every_plugin(fresh_env: tuple[Path, Path], 
     listed = {row["name"]: row for row in rows}
     for name, distribution in entry_points().items():
         assert listed[name]["distribution"] == distribution and listed[name]["error"] is None
-        assert str(venv) in run(
-            [str(venv / "bin" / "python"), "-c", f"import {distribution.replace('-', '_')} as m; print(m.__file__)"],
-            tmp_path,
-            env,
-        )
+    modules = [distribution.replace("-", "_") for distribution in entry_points().values()]
+    code = f"import importlib; print(*(importlib.import_module(m).__file__ for m in {modules!r}), sep=chr(10))"
+    files = run([str(venv / "bin" / "python"), "-c", code], tmp_path, env).splitlines()
+    assert len(files) == len(modules) and all(file.startswith(str(venv)) for file in files), files
     out = run([str(venv / "bin" / "hicache-storage"), "demo", "--pages", "64", "--batch", "32"], tmp_path, env)
     assert out.count("PASS") == 4  # file and sim, KV and hybrid
     assert "usage:" in run([str(venv / "bin" / "hicache-storage-conformance"), "--help"], tmp_path, env)
