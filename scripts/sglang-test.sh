@@ -8,6 +8,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+unset PYTHONDONTWRITEBYTECODE  # as scripts/test.sh: compiled modules cached, not compiled per process
 OVERLAY="$(bash scripts/sglang-install.sh)"
 PY="${HICACHE_VENV:-$ROOT/.venv}/bin/python"
 
