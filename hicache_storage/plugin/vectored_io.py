@@ -219,8 +219,10 @@ def publish_file(
     Readers of ``final`` see the old file or the whole new one, never a part. When ``temp``'s
     directory is missing, ``make_directory()`` creates it (again, up to twice, for a directory that
     another process removes as it empties). On any error ``temp`` is removed and the error raised;
-    a ``temp`` that cannot be removed then goes to ``leftovers``, for a later :meth:`~LeftoverTemps.sweep`.
+    a ``temp`` that cannot be removed then goes to ``leftovers``, which the next call sweeps first.
     """
+    if leftovers:
+        leftovers.sweep()
     for attempt in range(3):
         try:
             fd = os.open(temp, _NEW_FILE_FLAGS, 0o600)

@@ -172,7 +172,7 @@ def test_a_temp_file_a_failed_publish_cannot_remove_is_swept_later(
     """The file system turns read-only between the write and the rename: neither the rename nor the
     removal of the temp file works; once it is writable again, a sweep removes the temp file."""
     final, temp = tmp_path / "page", tmp_path / ".page.1.tmp"
-    real_unlink = os.unlink
+    real_unlink, real_replace = os.unlink, os.replace
 
     def read_only(*_args: object, **_kwargs: object) -> None:
         raise OSError(30, "Read-only file system")
@@ -185,9 +185,10 @@ def test_a_temp_file_a_failed_publish_cannot_remove_is_swept_later(
     assert temp.exists() and not final.exists() and len(leftovers) == 1
     assert leftovers.sweep() == 1  # still read-only: kept for the next sweep
     monkeypatch.setattr(os, "unlink", real_unlink)
-    assert leftovers.sweep() == 0
-    assert list(tmp_path.iterdir()) == []
-    assert leftovers.sweep() == 0  # nothing left to do
+    monkeypatch.setattr(os, "replace", real_replace)
+    publish_file(str(tmp_path / ".page.2.tmp"), str(final), _segments(2, 8), 16, leftovers=leftovers)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page"]  # the next publish swept the temp file
+    assert len(leftovers) == 0 and leftovers.sweep() == 0
 
 
 def test_a_failed_publish_removes_its_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -132,7 +132,6 @@ class FileBackend(Backend[FileOptions]):
         if self._read_only:
             self._counters.bump("read_only_writes_refused", len(keys))
             return [False] * len(keys)
-        self._leftovers.sweep()  # temp files an earlier failed write could not remove
         directories: set[str] = set()
         errors: list[BaseException] = []
 

@@ -227,7 +227,6 @@ class FsspecBackend(Backend[FsspecOptions]):
     def write_pages(self, keys: Sequence[str], pages: Sequence[PageBuffers], context: BatchContext) -> list[bool]:
         paths = [self.path_for(key) for key in keys]
         if self._local is not None:
-            self._local.leftovers.sweep()  # temp files an earlier failed write could not remove
             outcomes: list[Any] = []
             for path, key, page in zip(paths, keys, pages, strict=True):
                 try:

@@ -29,7 +29,7 @@ class LocalPageFiles:
         self._codec = codec or RecordCodec()
         self._nonce = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._counter = itertools.count()
-        #: Temp files of failed writes not removed yet (swept before each batch of writes).
+        #: Temp files of failed writes not removed yet (swept by the next write and at close).
         self.leftovers = LeftoverTemps()
 
     def write(self, path: str, key: str, page: Sequence[memoryview]) -> None:
