@@ -38,23 +38,28 @@ class IoThreads:
 
     def map(self, function: Callable[[A, B], R], first: Sequence[A], second: Sequence[B]) -> list[R]:
         """``[function(a, b) for a, b in zip(first, second)]`` in order; re-raises the first exception."""
-        count = len(first)
-        workers = min(self.threads, count)
-        if workers <= 1:
+        if min(self.threads, len(first)) <= 1:
             return [function(a, b) for a, b in zip(first, second, strict=True)]
-        bounds = [count * index // workers for index in range(workers + 1)]
 
         def run(begin: int, end: int) -> list[R]:
             return [function(first[index], second[index]) for index in range(begin, end)]
 
+        return [result for results in self.runs(len(first), run) for result in results]
+
+    def runs(self, count: int, function: Callable[[int, int], R]) -> list[R]:
+        """``function(begin, end)`` of each contiguous run of ``range(count)``, one run per thread, in order
+        (no run for ``count == 0``); re-raises the first exception once every run has ended."""
+        workers = min(self.threads, count)
+        if workers <= 1:
+            return [function(0, count)] if count else []
+        bounds = [count * index // workers for index in range(workers + 1)]
         pool = self._pool()
-        futures: list[Future[list[R]]] = [pool.submit(run, bounds[i], bounds[i + 1]) for i in range(1, workers)]
+        futures: list[Future[R]] = [pool.submit(function, bounds[i], bounds[i + 1]) for i in range(1, workers)]
         try:
-            results = run(bounds[0], bounds[1])
+            results = [function(bounds[0], bounds[1])]
         finally:
             wait(futures)
-        for future in futures:
-            results.extend(future.result())
+        results.extend(future.result() for future in futures)
         return results
 
     def close(self) -> None:

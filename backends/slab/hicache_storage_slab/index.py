@@ -160,10 +160,13 @@ class SlabIndex:
     # ------------------------------------------------------------ reads
     def lookup(self, digests: Sequence[bytes]) -> list[Entry | None]:
         """The committed entry of each digest (``None``: not stored)."""
+        return [decode_entry(raw) if raw is not None else None for raw in self.lookup_raw(digests)]
+
+    def lookup_raw(self, digests: Sequence[bytes]) -> list[bytes | None]:
+        """The encoded committed entry of each digest (``None``: not stored); equal bytes, equal entries."""
         pages = self.db.pages
         with self.env.begin(db=pages) as txn:
-            raws = [txn.get(digest) for digest in digests]
-        return [decode_entry(raw) if raw is not None else None for raw in raws]
+            return [txn.get(digest) for digest in digests]
 
     def contains(self, digests: Sequence[bytes]) -> list[bool]:
         with self.env.begin(db=self.db.pages) as txn:

@@ -26,7 +26,8 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import xxhash
 
@@ -38,7 +39,7 @@ from hicache_storage.plugin.vectored_io import IOV_MAX
 from .geometry import ChunkPlan
 from .index import Staged, Touch, Written
 from .page_io import DirectRefused, direct_aligned, page_checksum, read_hashed, segment_range, write_hashed
-from .records import PINNED, Entry, checksum_seed, key_digest, split_ref
+from .records import PINNED, Entry, checksum_seed, decode_entry, key_digest, one_chunk, split_ref
 from .store_files import DataFile, OpenStore
 
 __all__ = ["Store", "WriteSettings"]
@@ -59,6 +60,28 @@ class WriteSettings:
     quota_bytes: int | None
     read_recency_s: float | None
     durable: bool
+
+
+@dataclass
+class _ReadPlan:
+    """The stored pages of one read: ``whole`` with their (descriptor, offset, length, seed, checksum) in ``slots``,
+    ``other`` with their entries, and the ``seq`` of each (by position)."""
+
+    whole: list[int] = field(default_factory=list)
+    slots: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    other: list[int] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
+    seqs: dict[int, int] = field(default_factory=dict)
+
+
+class _RunRead(NamedTuple):
+    """What a run of a read found: per page ``True``, ``False`` (failed its checks) or ``None`` (not
+    stored under its key), the key digests, the entries as read, and the ``seq`` of each page found."""
+
+    results: list[bool | None]
+    digests: list[bytes]
+    raws: list[bytes | None]
+    seqs: dict[int, int]
 
 
 class Store:
@@ -248,64 +271,110 @@ class Store:
     # ------------------------------------------------------------ read
     def read(self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]]) -> list[bool]:
         """Fill each page with its stored bytes; ``False`` for a miss or a page failing its checks.
-        Pages read become recent (see the module docstring)."""
-        index = self.opened.index
-        raw_keys = [key.encode() for key in keys]
-        digests = [key_digest(raw) for raw in raw_keys]
-        entries = index.lookup(digests)
-        positions = [i for i, entry in enumerate(entries) if entry is not None]
-
+        Pages of one call have one size. Pages read become recent (see the module docstring)."""
         length = sum(segment.nbytes for segment in pages[0]) if pages else 0
-
-        def load(position: int, entry: Entry | None) -> bool | None:
-            assert entry is not None
-            page = pages[position]
-            if len(entry.refs) == 1 and entry.length == length and entry.chunk_bytes >= length:
-                return self._read_whole(entry, raw_keys[position], digests[position], page)
-            return self._read_page(entry, raw_keys[position], digests[position], page)
-
-        loaded = self._io.map(load, positions, [entries[i] for i in positions])
-        results = [False] * len(keys)
+        runs = self._io.runs(len(keys), lambda begin, end: self._read_run(keys[begin:end], pages[begin:end], length))
+        results: list[bool] = []
+        digests: list[bytes] = []
         failed: list[int] = []
-        for position, ok in zip(positions, loaded, strict=True):
-            results[position] = bool(ok)
-            if ok is False:
-                failed.append(position)
+        failed_raws: list[bytes | None] = []
+        seqs: dict[int, int] = {}
+        for run in runs:
+            start = len(results)
+            for position, ok in enumerate(run.results, start):
+                results.append(ok is True)
+                if ok is False:
+                    failed.append(position)
+                    failed_raws.append(run.raws[position - start])
+            seqs.update((start + position, seq) for position, seq in run.seqs.items())
+            digests.extend(run.digests)
         if failed:
-            self._classify_failures([digests[i] for i in failed], [entries[i] for i in failed])
-        now = time.time_ns()
-        touches: list[Touch] = []
+            self._classify_failures([digests[i] for i in failed], failed_raws)
         if self._touch_ns is not None:
-            for position in positions:
-                entry = entries[position]
-                seq = now - position
-                if results[position] and entry is not None and seq - entry.seq >= self._touch_ns:
-                    touches.append(Touch(digests[position], entry.seq, seq))
-        if touches:
-            index.touch(touches)
+            self._touch_read(digests, seqs, results)
         return results
 
-    def _read_whole(self, entry: Entry, key: bytes, digest: bytes, page: Sequence[memoryview]) -> bool | None:
-        """:meth:`_read_page` of a page stored as one chunk whose size the caller checked (the hot path:
-        one ``preadv`` straight into the page's segments, then XXH3 of them)."""
-        if entry.key != key or self.plan(entry.length).chunks != 1:
-            return None
-        ref = entry.refs[0]
-        region = ref >> 32
+    def _read_run(self, keys: Sequence[str], pages: Sequence[Sequence[memoryview]], length: int) -> _RunRead:
+        """Read a run of a batch's pages on one thread: the keys are looked up and every decision is
+        taken before the first byte moves, so the loop that moves the pages touches little besides
+        them (each page evicts much of the CPU cache)."""
+        raw_keys = [key.encode() for key in keys]
+        digests = [key_digest(raw) for raw in raw_keys]
+        raws = self.opened.index.lookup_raw(digests)
+        plan = self._plan_reads(raw_keys, digests, raws, length, pages)
+        results: list[bool | None] = [None] * len(keys)
+        read_whole = self._read_whole
+        for position, slot in zip(plan.whole, plan.slots, strict=True):
+            results[position] = read_whole(pages[position], slot)
+        for position, entry in zip(plan.other, plan.entries, strict=True):
+            results[position] = self._read_page(entry, raw_keys[position], digests[position], pages[position])
+        return _RunRead(results, digests, raws, plan.seqs)
+
+    @staticmethod
+    def _read_whole(page: Sequence[memoryview], slot: tuple[int, int, int, int, int]) -> bool:
+        """Move a page stored as one chunk with one buffered ``preadv`` and check its length and XXH3
+        checksum; ``slot``: (descriptor, offset, length, seed, checksum)."""
+        fd, offset, length, seed, checksum = slot
+        if os.preadv(fd, page, offset) != length:
+            return False
+        hasher = _Hasher(seed=seed)
+        for segment in page:
+            hasher.update(segment)
+        return hasher.intdigest() == checksum
+
+    def _plan_reads(
+        self,
+        keys: list[bytes],
+        digests: list[bytes],
+        raws: list[bytes | None],
+        length: int,
+        pages: Sequence[Sequence[memoryview]],
+    ) -> _ReadPlan:
+        """Sort the stored pages of a read into those moved by one buffered ``preadv`` and checked by
+        XXH3 alone, and the others (chunked, ``O_DIRECT``, authenticated, of another size or key)."""
+        plan = _ReadPlan()
+        files = self.opened.files
         per_file = self._regions_per_file
-        file = self.opened.files[region // per_file]
-        offset = (region % per_file) * self._region_bytes + (ref & 0xFFFFFFFF) * entry.chunk_bytes
-        hasher = _Hasher(seed=checksum_seed(digest))
-        if file.direct_fd is None and len(page) <= IOV_MAX:
-            if os.preadv(file.fd, page, offset) != entry.length:
-                return False
-            for segment in page:
-                hasher.update(segment)
-        elif not self._read_chunk(file, list(page), offset, entry.length, hasher):
-            return False
-        if hasher.intdigest() != entry.checksum:
-            return False
-        return self._codec is None or self._authentic(entry, key, page)
+        region_bytes = self._region_bytes
+        plain = self._codec is None and length > 0 and self.plan(length).chunks == 1
+        for position, raw in enumerate(raws):
+            if raw is None:
+                continue
+            found = one_chunk(raw, keys[position]) if plain else None
+            if found is not None:
+                ref, chunk_bytes, stored_length, seq, checksum = found
+                plan.seqs[position] = seq
+                region = ref >> 32
+                file = files[region // per_file]
+                if (
+                    stored_length == length
+                    and chunk_bytes >= length
+                    and file.direct_fd is None
+                    and len(pages[position]) <= IOV_MAX
+                ):
+                    offset = (region % per_file) * region_bytes + (ref & 0xFFFFFFFF) * chunk_bytes
+                    plan.whole.append(position)
+                    plan.slots.append((file.fd, offset, length, checksum_seed(digests[position]), checksum))
+                    continue
+            entry = decode_entry(raw)
+            if entry.key != keys[position]:
+                continue
+            plan.seqs[position] = entry.seq
+            plan.other.append(position)
+            plan.entries.append(entry)
+        return plan
+
+    def _touch_read(self, digests: list[bytes], seqs: dict[int, int], results: list[bool]) -> None:
+        """Make the pages read recent, those not made recent for ``read_recency_s``."""
+        assert self._touch_ns is not None
+        now = time.time_ns()
+        touches = [
+            Touch(digests[position], seq, now - position)
+            for position, seq in seqs.items()
+            if results[position] and now - position - seq >= self._touch_ns
+        ]
+        if touches:
+            self.opened.index.touch(touches)
 
     def _read_page(self, entry: Entry, key: bytes, digest: bytes, page: Sequence[memoryview]) -> bool | None:
         """Whether the page's bytes passed their checks; ``None`` (a plain miss) when the entry is not of
@@ -344,12 +413,12 @@ class Store:
             return False
         return self._codec.tag_ok(parsed, key, page)
 
-    def _classify_failures(self, digests: list[bytes], seen: list[Entry | None]) -> None:
+    def _classify_failures(self, digests: list[bytes], seen: list[bytes | None]) -> None:
         """A page that failed its checks: a race when the index has changed it since, else damage.
 
         A damaged page's entry is removed, so that writing the page again stores it anew (a write of
         the bytes an entry records is otherwise taken as already stored)."""
-        now = self.opened.index.lookup(digests)
+        now = self.opened.index.lookup_raw(digests)
         damaged = [digest for digest, before, after in zip(digests, seen, now, strict=True) if before == after]
         races = len(digests) - len(damaged)
         if races:

@@ -368,15 +368,15 @@ def test_a_page_rewritten_under_a_reader_is_a_counted_race(tmp_path: Path, monke
     assert store.write(["k"], [page], 4096) == [True]
     real = Store._read_whole  # a page of one chunk
 
-    def rewritten_meanwhile(self: Store, *args: Any) -> bool:
-        assert real(self, *args)
-        self.write(["k"], [[memoryview(bytearray(b"b" * 4096))]], 4096)  # another writer's copy commits
+    def rewritten_meanwhile(*args: Any) -> bool:
+        assert real(*args)
+        store.write(["k"], [[memoryview(bytearray(b"b" * 4096))]], 4096)  # another writer's copy commits
         return False  # and the bytes read failed their check
 
-    monkeypatch.setattr(Store, "_read_whole", rewritten_meanwhile)
+    monkeypatch.setattr(Store, "_read_whole", staticmethod(rewritten_meanwhile))
     assert store.read(["k"], [[memoryview(bytearray(4096))]]) == [False]
     assert storage.stats.get("read_races") == 1 and storage.stats.get("integrity_failures") == 0
-    monkeypatch.setattr(Store, "_read_whole", real)
+    monkeypatch.undo()
     out = bytearray(4096)
     assert store.read(["k"], [[memoryview(out)]]) == [True] and out == b"b" * 4096
     storage.clear()
