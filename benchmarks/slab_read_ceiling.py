@@ -14,9 +14,11 @@ warm, in five ways, each timed per batch of all the pages on 1 and on ``--thread
 - ``batch_get_v1``: the whole call (threads are the backend's own ``io_threads``).
 
 Reported: microseconds per page, and each path's throughput as a ratio to ``preadv`` on the same
-thread count and to ``preadv+xxh3`` (the ceiling of a verified read through ``preadv``).
+thread count and to ``preadv+xxh3`` (the ceiling of a verified read through ``preadv``), both from
+the medians; and ``batch_get_v1`` against the ceiling as the median (min, max) over rounds of the
+ratio within a round, where the two ran back to back (a disturbance from outside hits both).
 
-    python benchmarks/slab_read_ceiling.py [--pages 128] [--threads 2] [--repeat 15] [--json out.json]
+    python benchmarks/slab_read_ceiling.py [--pages 128] [--threads 2] [--repeat 41] [--json out.json]
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pages", type=int, default=128, help="pages written once and read in every batch")
     parser.add_argument("--threads", type=int, default=2, help="thread count besides 1 (the slab's io_threads)")
-    parser.add_argument("--repeat", type=int, default=15, help="batches per path and thread count")
+    parser.add_argument("--repeat", type=int, default=41, help="batches per path and thread count")
     parser.add_argument("--dir", default=None, help="parent directory for the slab (default: system temp dir)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
@@ -146,6 +148,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for threads_pool in pools.values():
             threads_pool.close()
     per_page = {name: statistics.median(values) / args.pages * 1e6 for name, values in samples.items()}
+    in_round = {
+        threads: sorted(
+            ceiling / ours
+            for ceiling, ours in zip(samples[f"preadv+xxh3 {threads}"], samples[f"batch_get_v1 {threads}"], strict=True)
+        )
+        for threads in counts
+    }
     result: dict[str, Any] = {
         "pages": args.pages,
         "page_bytes": pool.bytes_per_page,
@@ -158,6 +167,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratio_to_verified_ceiling": {
             name: round(per_page[f"preadv+xxh3 {name.rsplit(' ', 1)[1]}"] / v, 3) for name, v in per_page.items()
         },
+        "batch_get_v1_to_ceiling_per_round": {
+            str(threads): {
+                "median": round(statistics.median(ratios), 3),
+                "min": round(ratios[0], 3),
+                "max": round(ratios[-1], 3),
+            }
+            for threads, ratios in in_round.items()
+        },
     }
     width = max(len(name.rsplit(" ", 1)[0]) for name in per_page)
     lines = [f"{args.pages} cached pages x {pool.bytes_per_page // 1024} KiB, {args.repeat} batches per path (medians)"]
@@ -168,6 +185,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lines.append(
         "  batch_get_v1 / preadv+xxh3 (the verified-read ceiling): "
         + ", ".join(f"{t} thread(s) {result['ratio_to_verified_ceiling'][f'batch_get_v1 {t}']:.3f}" for t in counts)
+    )
+    per_round = result["batch_get_v1_to_ceiling_per_round"]
+    lines.append(
+        "  the same, median (min-max) over rounds of the ratio within a round: "
+        + ", ".join(
+            f"{t} thread(s) {per_round[str(t)]['median']:.3f} ({per_round[str(t)]['min']:.3f}-{per_round[str(t)]['max']:.3f})"
+            for t in counts
+        )
     )
     print("\n".join(lines))
     if args.json:

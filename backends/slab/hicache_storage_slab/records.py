@@ -180,7 +180,8 @@ def encode_entry(entry: Entry) -> bytes:
     return head + _refs(len(entry.refs)).pack(*entry.refs) + entry.auth + entry.key
 
 
-_REF = struct.Struct("<Q")
+#: An entry's fixed fields followed by its one slot reference.
+_ONE_CHUNK = struct.Struct(ENTRY.format + "Q")
 
 
 @functools.cache
@@ -211,12 +212,14 @@ def one_chunk(raw: bytes, key: bytes) -> tuple[int, int, int, int, int] | None:
     """(slot reference, chunk size, length, seq, checksum) of ``raw`` when it is the entry of ``key`` for
     a page stored as one chunk without an authentication tag; ``None`` for any other entry (decode it
     with :func:`decode_entry`). What a read's hot path needs, without building an :class:`Entry`."""
-    version, _tier, _group, chunks, key_len, chunk, length, seq, checksum, _written, auth_len = ENTRY.unpack_from(raw)
-    if version != _VERSION or chunks != 1 or auth_len or key_len != len(key) or not raw.endswith(key):
+    if len(raw) != _ONE_CHUNK.size + len(key) or not raw.endswith(key):
         return None
-    if len(raw) != ENTRY.size + 8 + key_len:
+    version, _tier, _group, chunks, key_len, chunk, length, seq, checksum, _written, auth_len, ref = (
+        _ONE_CHUNK.unpack_from(raw)
+    )
+    if version != _VERSION or chunks != 1 or auth_len or key_len != len(key):
         return None
-    return _REF.unpack_from(raw, ENTRY.size)[0], chunk, length, seq, checksum
+    return ref, chunk, length, seq, checksum
 
 
 class Claim(NamedTuple):

@@ -274,6 +274,11 @@ class Store:
         Pages of one call have one size. Pages read become recent (see the module docstring)."""
         length = sum(segment.nbytes for segment in pages[0]) if pages else 0
         runs = self._io.runs(len(keys), lambda begin, end: self._read_run(keys[begin:end], pages[begin:end], length))
+        if len(runs) == 1 and False not in runs[0].results:  # one thread, no page failing its checks
+            run = runs[0]
+            if self._touch_ns is not None:
+                self._touch_read(run.digests, run.seqs, run.results)
+            return [ok is True for ok in run.results]
         results: list[bool] = []
         digests: list[bytes] = []
         failed: list[int] = []
@@ -334,44 +339,42 @@ class Store:
         XXH3 alone, and the others (chunked, ``O_DIRECT``, authenticated, of another size or key)."""
         plan = _ReadPlan()
         files = self.opened.files
+        # per data file: its buffered descriptor, or -1 where pages move with O_DIRECT
+        buffered = [-1 if file.direct_fd is not None else file.fd for file in files]
         per_file = self._regions_per_file
         region_bytes = self._region_bytes
         plain = self._codec is None and length > 0 and self.plan(length).chunks == 1
+        whole, slots, seqs = plan.whole, plan.slots, plan.seqs
         for position, raw in enumerate(raws):
             if raw is None:
                 continue
             found = one_chunk(raw, keys[position]) if plain else None
             if found is not None:
                 ref, chunk_bytes, stored_length, seq, checksum = found
-                plan.seqs[position] = seq
+                seqs[position] = seq
                 region = ref >> 32
-                file = files[region // per_file]
-                if (
-                    stored_length == length
-                    and chunk_bytes >= length
-                    and file.direct_fd is None
-                    and len(pages[position]) <= IOV_MAX
-                ):
+                fd = buffered[region // per_file]
+                if stored_length == length and chunk_bytes >= length and fd >= 0 and len(pages[position]) <= IOV_MAX:
+                    whole.append(position)
                     offset = (region % per_file) * region_bytes + (ref & 0xFFFFFFFF) * chunk_bytes
-                    plan.whole.append(position)
-                    plan.slots.append((file.fd, offset, length, checksum_seed(digests[position]), checksum))
+                    slots.append((fd, offset, length, checksum_seed(digests[position]), checksum))
                     continue
             entry = decode_entry(raw)
             if entry.key != keys[position]:
                 continue
-            plan.seqs[position] = entry.seq
+            seqs[position] = entry.seq
             plan.other.append(position)
             plan.entries.append(entry)
         return plan
 
-    def _touch_read(self, digests: list[bytes], seqs: dict[int, int], results: list[bool]) -> None:
+    def _touch_read(self, digests: list[bytes], seqs: dict[int, int], results: Sequence[bool | None]) -> None:
         """Make the pages read recent, those not made recent for ``read_recency_s``."""
         assert self._touch_ns is not None
         now = time.time_ns()
         touches = [
             Touch(digests[position], seq, now - position)
             for position, seq in seqs.items()
-            if results[position] and now - position - seq >= self._touch_ns
+            if results[position] is True and now - position - seq >= self._touch_ns
         ]
         if touches:
             self.opened.index.touch(touches)
