@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, as_completed, wait
 from typing import TYPE_CHECKING, Any
 
 from hicache_storage.plugin import BackendFault, current_deadline
@@ -106,30 +106,39 @@ def put_in_session(
     return backend.check_codes(codes, len(objects.names), "put session")
 
 
-def get_in_session(backend: MooncakeBackend, objects: Transfers) -> list[int]:
+def get_in_session(
+    backend: MooncakeBackend, objects: Transfers, on_chunk: Callable[[list[int], list[int]], None] | None = None
+) -> list[int]:
     """Bytes read per object (or a negative code): one get session, ranged gets of
     :data:`PIPELINE_PAGES` objects each, up to ``TRANSFER_LANES`` at once. Run it in the call gate.
 
-    The client refuses a ranged get (``INVALID_PARAMS``) of more bytes than the object holds and
-    when the transfer fails; the object's size (one more request, for refused objects only) tells
-    which: a shorter object is reported as 0 bytes (a size mismatch), a failed transfer as
+    ``on_chunk(positions, codes)`` runs on this thread as each ranged get ends, while the others move,
+    with the final codes of ``positions``: a check of those pages then finds their bytes still in
+    the CPU cache. The client refuses a ranged get (``INVALID_PARAMS``) of more bytes than the object
+    holds and when the transfer fails; the object's size (one more request, for refused objects only)
+    tells which: a shorter object is reported as 0 bytes (a size mismatch), a failed transfer as
     ``TRANSFER_FAIL``.
     """
     client, names = backend.client, objects.names
     codes = _ints(client.batch_get_session_start(names), len(names))
     started = [n for n, code in enumerate(codes) if code == 0]
     step = backend.pipeline_pages
+    moving: dict[Future[Any], list[int]] = {}
     try:
-        chunks = [started[begin : begin + step] for begin in range(0, len(started), step)]
         call = client.batch_get_into_multi_buffer_ranges
-        moving = [(chunk, backend.calls.lane(call, *objects.ranged(chunk))) for chunk in chunks]
-        wait([future for _, future in moving])
-        for chunk, future in moving:
+        for begin in range(0, len(started), step):
+            chunk = started[begin : begin + step]
+            moving[backend.calls.lane(call, *objects.ranged(chunk))] = chunk
+        for future in as_completed(moving):
+            chunk = moving[future]
             for n, code in zip(chunk, _ints(future.result(), len(chunk)), strict=True):
                 codes[n] = code
                 if code == INVALID_PARAMS:
                     codes[n] = 0 if 0 <= int(client.get_size(names[n])) < objects.totals[n] else TRANSFER_FAIL
-    finally:
+            if on_chunk is not None:
+                on_chunk(chunk, codes)
+    finally:  # every lane has ended before the session does, whatever happened
+        wait(moving)
         client.batch_get_session_end(names)
     return codes
 

@@ -6,12 +6,15 @@ session (:func:`~hicache_storage_mooncake.sessions.put_in_session`: the headers 
 hashed, chunk by chunk while earlier chunks travel); clients without put sessions remove the
 batch's keys (on a helper thread while the headers are packed), then ``batch_put_from_multi_buffers``
 (Mooncake's put keeps an existing value). Reads go through a get session
-(:func:`~hicache_storage_mooncake.sessions.get_in_session`), else ``batch_get_into_multi_buffers``;
-then the header (and checksum) check of :meth:`MooncakeBackend.accept`.
+(:func:`~hicache_storage_mooncake.sessions.get_in_session`), each chunk's pages checked as the chunk
+lands (the header, and checksum, of :meth:`MooncakeBackend.accept`) while later chunks still move;
+else ``batch_get_into_multi_buffers``, then the same checks.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hicache_storage.plugin import PageBuffers
@@ -86,15 +89,45 @@ def read_direct(
     with arena.slab() as slab:
         arena.view[slab : slab + len(names) * HEADER_SIZE] = bytes(len(names) * HEADER_SIZE)
         objects = _objects(arena, slab, names, ptrs, sizes)
-        client = backend.client
-        if backend.get_sessions:
-            result = backend.calls.call("get session", get_in_session, backend, objects, hold=(arena, slab))
-        else:
-            call = client.batch_get_into_multi_buffers
-            result = backend.calls.call("get", call, names, objects.ptrs, objects.sizes, hold=(arena, slab))
-        for n, code in enumerate(backend.check_codes(result, len(names), "get")):
+
+        def check(n: int, code: int) -> None:
             if backend.complete(code, objects.totals[n]):
                 out[n] = backend.accept(
                     arena.view, slab + n * HEADER_SIZE, names[n], pages[n], objects.totals[n] - HEADER_SIZE
                 )
+
+        if backend.get_sessions:  # each chunk checked as it lands (its bytes still in the CPU cache)
+            checks = _ChunkChecks(check)
+            try:
+                result = backend.calls.call(
+                    "get session", get_in_session, backend, objects, checks.chunk, hold=(arena, slab)
+                )
+            finally:
+                checks.close()
+            backend.check_codes(result, len(names), "get")  # objects never started stay misses
+        else:
+            call = backend.client.batch_get_into_multi_buffers
+            result = backend.calls.call("get", call, names, objects.ptrs, objects.sizes, hold=(arena, slab))
+            for n, code in enumerate(backend.check_codes(result, len(names), "get")):
+                check(n, code)
     return out
+
+
+class _ChunkChecks:
+    """Checks the pages of a read's chunks as they land; none once :meth:`close` has returned (a read
+    given up on at its deadline returns while its transfers go on, into memory the caller reuses)."""
+
+    def __init__(self, check: Callable[[int, int], None]) -> None:
+        self._check = check
+        self._lock = threading.Lock()
+        self._open = True
+
+    def chunk(self, positions: list[int], codes: list[int]) -> None:
+        with self._lock:
+            if self._open:
+                for n in positions:
+                    self._check(n, codes[n])
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
