@@ -15,6 +15,7 @@ from hicache_storage_slab.records import (
     decode_entry,
     encode_entry,
     key_digest,
+    one_chunk,
     pack,
     recency_key,
     recency_prefix,
@@ -50,6 +51,26 @@ def test_an_entry_round_trips(entry: Entry) -> None:
     raw = encode_entry(entry)
     assert decode_entry(raw) == entry
     assert entry.stored_bytes == len(entry.refs) * entry.chunk_bytes
+
+
+@settings(max_examples=100, deadline=None)
+@given(entries, st.binary(max_size=300))
+def test_one_chunk_reads_exactly_the_one_chunk_entries_of_the_key(entry: Entry, other: bytes) -> None:
+    raw = encode_entry(entry)
+    found = one_chunk(raw, entry.key)
+    if len(entry.refs) == 1 and not entry.auth:
+        assert found == (entry.refs[0], entry.chunk_bytes, entry.length, entry.seq, entry.checksum)
+    else:  # chunked or authenticated: the caller decodes the whole entry
+        assert found is None
+    if other != entry.key:
+        assert one_chunk(raw, other) is None
+
+
+def test_one_chunk_refuses_another_version_and_a_key_that_only_ends_alike() -> None:
+    raw = encode_entry(Entry(0, 3, 4096, 4000, 5, 6, 7, (9,), b"", b"hc1-page-key"))
+    assert one_chunk(raw, b"hc1-page-key") == (9, 4096, 4000, 5, 6)
+    assert one_chunk(raw, b"page-key") is None  # a suffix of the stored key
+    assert one_chunk(bytes([2]) + raw[1:], b"hc1-page-key") is None
 
 
 def test_a_short_record_or_another_version_is_refused() -> None:

@@ -335,9 +335,10 @@ def test_a_failed_payload_write_gives_its_slots_back(tmp_path: Path, monkeypatch
 
 
 # ----------------------------------------------------------------------------- damage and races
-def test_damaged_slots_read_as_misses_and_are_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", [1, 2, 3])  # the damaged pages fall in one run or in several
+def test_damaged_slots_read_as_misses_and_are_counted(tmp_path: Path, threads: int) -> None:
     pool = make_pool()
-    storage = make_backend(tmp_path, pool)
+    storage = make_backend(tmp_path, pool, io_threads=threads)
     keys = kit.random_keys(5)
     skeys = storage_keys(storage, keys)
     assert storage.batch_set_v1(keys, indices(0, 5)) == [True] * 5
