@@ -21,6 +21,7 @@ from hicache_storage_mooncake.client import INSTALL_HINT
 from hicache_storage_mooncake.memory import address
 from hicache_storage_mooncake.options import parse_size
 from hicache_storage_mooncake.record import FLAG_UNHASHED, HEADER_SIZE, MAGIC, key_digest, payload_checksum
+from hicache_storage_mooncake.zero_copy import _ChunkChecks
 from mooncake_support import PAGE_SIZE, client_options, ctl, indices, keys_for, make_pool, page_bytes, raw_store
 
 from hicache_storage import BackendFault, ConfigError, HiCacheStorage, HostKVPool, available_backends, make_config
@@ -69,6 +70,16 @@ def test_options_rejected(monkeypatch: pytest.MonkeyPatch, values: dict[str, Any
     monkeypatch.delenv("MOONCAKE_MASTER", raising=False)
     with pytest.raises(ConfigError, match=option):
         MooncakeOptions(**values)
+
+
+def test_no_page_is_checked_once_a_read_has_returned() -> None:
+    """A read given up on at its deadline returns while its chunks still land: they are not checked."""
+    checked: list[tuple[int, int]] = []
+    checks = _ChunkChecks(lambda n, code: checked.append((n, code)))
+    checks.chunk([0, 1], [7, 8, 9])
+    checks.close()
+    checks.chunk([2], [7, 8, 9])
+    assert checked == [(0, 7), (1, 8)]
 
 
 def test_parse_size() -> None:
@@ -244,6 +255,24 @@ def test_corruption_detection_follows_verify_checksum(open_backend: Any, transfe
     assert checked.batch_get([key]) == [None]
     assert checked.get_stats()["counters"]["mooncake_checksum_mismatch"] == 2
     assert unchecked.batch_get_v1([key], indices(2, 1)) == [True]  # header intact: accepted, unhashed
+
+
+def test_pages_are_checked_chunk_by_chunk_as_they_land(open_backend: Any) -> None:
+    """A zero-copy read of 20 pages moves 3 chunks; damage in the first and the last is found there."""
+    pool = make_pool(num_pages=48)
+    backend = open_backend({"transfer": "zero_copy"}, pool=pool)
+    assert backend.backend.pipeline_pages < 20 <= 3 * backend.backend.pipeline_pages
+    keys = keys_for(20)
+    assert backend.batch_set_v1(keys, indices(0, 20)) == [True] * 20
+    raw = raw_store(backend)
+    for position in (1, 19):
+        stored = bytearray(raw[backend.keyspace.storage_key(keys[position])])
+        stored[HEADER_SIZE + 7] ^= 0x21
+        raw[backend.keyspace.storage_key(keys[position])] = bytes(stored)
+    hits = backend.batch_get_v1(keys, indices(24, 20))
+    assert hits == [position not in (1, 19) for position in range(20)]
+    assert all(page_bytes(pool, 24 + n) == page_bytes(pool, n) for n in range(20) if hits[n])
+    assert backend.get_stats()["counters"]["mooncake_checksum_mismatch"] == 2
 
 
 def test_unhashed_pages_are_misses_for_verifying_readers(open_backend: Any) -> None:
