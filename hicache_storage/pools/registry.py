@@ -150,7 +150,7 @@ def _index_tensor(host_indices: Any, what: str) -> torch.Tensor:
             tensor = torch.as_tensor(host_indices if hasattr(host_indices, "__array__") else list(host_indices))
         except (TypeError, ValueError, RuntimeError) as exc:
             raise InvalidRequestError(f"{what} must be integers: {exc}") from None
-    if tensor.dtype is torch.int64 and not tensor.is_cuda and tensor.dim() == 1 and tensor.is_contiguous():
+    if tensor.dtype is torch.int64 and tensor.is_cpu and tensor.dim() == 1 and tensor.is_contiguous():
         return tensor  # what SGLang passes: nothing to convert
     if tensor.dtype == torch.bool or tensor.is_floating_point() or tensor.is_complex():
         raise InvalidRequestError(f"{what} must hold integer slot indices, got dtype {tensor.dtype}")
