@@ -32,6 +32,29 @@ def test_v1_round_trip_and_per_key_results(backend, pool):
     assert pages_equal(pool, 10, 1) and pages_equal(pool, 12, 0)
 
 
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda t: t,  # what SGLang passes: a flat int64 CPU tensor
+        lambda t: t.to(torch.int32),
+        lambda t: t.view(2, -1),
+        lambda t: torch.stack([t, t]).t().reshape(-1)[::2],  # not contiguous
+        lambda t: t.tolist(),
+        lambda t: t.numpy(),
+    ],
+)
+def test_host_indices_in_any_integer_form_address_the_same_slots(backend, pool, form):
+    assert backend.batch_set_v1(["k0", "k1"], form(page_indices(0, 1))) == [True, True]
+    assert backend.batch_get_v1(["k1", "k0"], form(page_indices(10, 11))) == [True, True]
+    assert pages_equal(pool, 10, 1) and pages_equal(pool, 11, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_host_indices_that_are_not_integers_are_refused(backend, dtype):
+    with pytest.raises(InvalidRequestError, match="must hold integer slot indices"):
+        backend.batch_set_v1(["k0"], page_indices(0).to(dtype))
+
+
 def test_batch_exists_is_leading_run_and_each_is_per_key(backend):
     backend.batch_set_v1(["a", "c"], page_indices(0, 1))
     assert backend.batch_exists(["a", "b", "c"]) == 1
