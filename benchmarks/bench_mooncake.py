@@ -9,7 +9,10 @@ and no header. ``rawsess`` moves the same buffers through the client's put and g
 (``batch_put_session_start`` + ``batch_put_from_multi_buffer_ranges`` + ``batch_put_session_end``
 to fresh keys, which cannot overwrite; ``batch_get_session_start`` +
 ``batch_get_into_multi_buffer_ranges`` + ``batch_get_session_end``): the fastest raw calls of the
-client, the ones our zero-copy path is built on. Ours: ``batch_set_v1`` / ``batch_get_v1`` of three
+client, the ones our zero-copy path is built on. ``rawhdr`` is ``raw`` with a 32-byte buffer from
+registered memory before each page's segments ([header, K, V], the shape of our objects, header
+bytes not computed): what one more buffer per page costs the raw client itself, the ceiling of any
+design that keeps a header per object without copying the page. Ours: ``batch_set_v1`` / ``batch_get_v1`` of three
 backend instances on the same pool: ``ours`` (defaults: header + XXH3-64 of every page, written
 and verified; ``transfer: auto``, which at these segment sizes is zero-copy), ``nohash``
 (``verify_checksum: false``: header with key digest and length only) and ``staged`` (``transfer:
@@ -45,14 +48,16 @@ from typing import Any
 
 os.environ.setdefault("MC_LOG_LEVEL", "WARNING")
 
+import numpy as np
 import torch
 from hicache_storage_mooncake import MooncakeBackend
+from hicache_storage_mooncake.record import HEADER_SIZE
 from machine import describe
 
 from hicache_storage import HiCacheStorage, HostKVPool, make_config
 
 PAGE_SIZE = 32  # 4 layers x 8 heads x 128 dims x bf16 x (K, V) x 32 tokens = 512 KiB
-VARIANTS = ("ours", "nohash", "staged", "raw", "rawsess")
+VARIANTS = ("ours", "nohash", "staged", "raw", "rawhdr", "rawsess")
 OURS = ("ours", "nohash", "staged")
 RETRY_PAUSE_S = 0.5
 
@@ -60,13 +65,23 @@ RETRY_PAUSE_S = 0.5
 class Batch:
     """One batch size: each variant's keys and its set, get and (untimed) remove calls."""
 
-    def __init__(self, instances: dict[str, HiCacheStorage], store: Any, config: Any, pool: HostKVPool, size: int):
+    def __init__(
+        self,
+        instances: dict[str, HiCacheStorage],
+        store: Any,
+        config: Any,
+        pool: HostKVPool,
+        size: int,
+        *,
+        headers: int,
+    ):
         self.size = size
         prefix = instances["ours"].backend.key_prefix  # type: ignore[attr-defined]
         stem = [secrets.token_hex(16) for _ in range(size)]
         self.keys = {name: [f"{name[0]}{key}" for key in stem] for name in OURS}
         self.keys["raw"] = [f"{prefix}raw/{key}" for key in stem]
         self.keys["rawsess"] = [f"{prefix}rawsess/{key}" for key in stem]
+        self.keys["rawhdr"] = [f"{prefix}rawhdr/{key}" for key in stem]
         host = torch.arange(size * pool.page_size, dtype=torch.int64)
         ptrs, sizes = pool.get_page_buffer_meta(host)
         per = len(ptrs) // size
@@ -82,9 +97,15 @@ class Batch:
         raw_keys, sess_keys, buffers = self.keys["raw"], self.keys["rawsess"], (page_ptrs, page_sizes)
         self.calls["raw_set"] = partial(_raw_put, store, config, raw_keys, buffers)
         self.calls["raw_get"] = partial(_raw_get, store, raw_keys, buffers)
+        with_header = (
+            [[headers + n * HEADER_SIZE, *row] for n, row in enumerate(page_ptrs)],
+            [[HEADER_SIZE, *row] for row in page_sizes],
+        )
+        self.calls["rawhdr_set"] = partial(_raw_put, store, config, self.keys["rawhdr"], with_header)
+        self.calls["rawhdr_get"] = partial(_raw_get, store, self.keys["rawhdr"], with_header)
         self.calls["rawsess_set"] = partial(_session_put, store, config, sess_keys, buffers)
         self.calls["rawsess_get"] = partial(_session_get, store, sess_keys, buffers)
-        for name in ("raw", "rawsess"):
+        for name in ("raw", "rawhdr", "rawsess"):
             self.removers[name] = partial(store.batch_remove, self.keys[name], True)
 
 
@@ -188,7 +209,13 @@ def summarise(timings: dict[str, list[float]], gib: float) -> dict[str, float]:
             row[f"{variant}_{op}_ratio_max"] = round(max(r / o for r, o in zip(timings[f"raw_{op}"], mine)), 3)
             floor = timings[f"rawsess_{op}"]
             row[f"{variant}_{op}_vs_rawsess"] = round(statistics.median(f / o for f, o in zip(floor, mine)), 3)
+            headed = timings[f"rawhdr_{op}"]
+            row[f"{variant}_{op}_vs_rawhdr"] = round(statistics.median(h / o for h, o in zip(headed, mine)), 3)
             row[f"{variant}_{op}_gib_s"] = round(gib / med[f"{variant}_{op}"] * 1e3, 2)
+    for op in ("set", "get"):  # what the header's buffer alone costs the raw client
+        row[f"rawhdr_{op}_ratio"] = round(
+            statistics.median(r / h for r, h in zip(timings[f"raw_{op}"], timings[f"rawhdr_{op}"])), 3
+        )
     return row
 
 
@@ -228,6 +255,7 @@ def main() -> None:
     mooncake = instances["ours"].backend
     assert isinstance(mooncake, MooncakeBackend)
     store, config = mooncake.client, mooncake.replicate  # the same client, pool already registered
+    headers = np.zeros(top * HEADER_SIZE, dtype=np.uint8)  # rawhdr's header buffers (registered below)
     results: dict[str, Any] = {
         "page_bytes": pool.bytes_per_page,
         "master": master,
@@ -239,12 +267,15 @@ def main() -> None:
             "staged": "transfer: staged",
             "raw": "raw client: batch_remove + batch_put_from_multi_buffers / batch_get_into_multi_buffers, no header",
             "rawsess": "raw client: put session + ranged put (fresh keys) / get session + ranged get, no header",
+            "rawhdr": "raw, with a 32-byte registered buffer before each page's segments (the header's shape)",
         },
         "batches": {},
     }
+    if store.register_buffer(headers.ctypes.data, headers.nbytes) != 0:
+        raise SystemExit("could not register the raw header buffers with the Mooncake client")
     try:
         for size in args.batches:
-            batch = Batch(instances, store, config, pool, size)
+            batch = Batch(instances, store, config, pool, size, headers=headers.ctypes.data)
             timings, failed = measure(batch, args.repeat, args.retries)
             row = summarise(timings, size * pool.bytes_per_page / (1 << 30))
             row["failed_attempts"] = failed
@@ -252,13 +283,15 @@ def main() -> None:
             for op in ("set", "get"):
                 print(
                     f"batch {size:4d} x {pool.bytes_per_page >> 10} KiB {op}: raw {row[f'raw_{op}_ms']:.2f} ms "
-                    f"(sessions {row[f'rawsess_{op}_ms']:.2f}) | "
+                    f"(sessions {row[f'rawsess_{op}_ms']:.2f}; with header {row[f'rawhdr_{op}_ms']:.2f}, "
+                    f"ratio {row[f'rawhdr_{op}_ratio']:.3f}) | "
                     + " | ".join(f"{v} {row[f'{v}_{op}_ms']:.2f} ms ratio {row[f'{v}_{op}_ratio']:.3f}" for v in OURS)
                 )
             if failed:
                 print(f"batch {size:4d}: {failed} failed attempt(s) retried")
     finally:
         store.remove_by_regex("^" + prefix.replace(".", r"\."), True)
+        store.unregister_buffer(headers.ctypes.data)
         for instance in instances.values():
             instance.close()
     if args.json:

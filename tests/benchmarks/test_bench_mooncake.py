@@ -31,6 +31,8 @@ def test_bench_mooncake_completes_at_batch_128(tmp_path: Path) -> None:
         for variant in ("ours", "nohash", "staged"):
             for op in ("set", "get"):
                 assert row[f"{variant}_{op}_ratio"] > 0 and row[f"{variant}_{op}_vs_rawsess"] > 0
+                assert row[f"{variant}_{op}_vs_rawhdr"] > 0
+        assert row["rawhdr_set_ratio"] > 0 and row["rawhdr_get_ratio"] > 0
 
 
 def test_bench_mooncake_completes_on_a_nearly_full_store(tmp_path: Path) -> None:

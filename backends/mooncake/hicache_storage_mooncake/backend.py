@@ -61,6 +61,7 @@ from hicache_storage.plugin import (
 
 from .calls import DeadlineCalls
 from .client import OBJECT_NOT_FOUND, OUTAGE_CODES, CallGate, code_name, import_store, open_store
+from .faster_of import FasterOf
 from .memory import SlabArena, address, pool_tensors
 from .options import MooncakeOptions
 from .raw_baseline import RawMooncake
@@ -141,6 +142,8 @@ class MooncakeBackend(Backend[MooncakeOptions]):
         self.put_sessions = has_sessions(self.client, PUT_SESSION_CALLS)
         #: Reads look the replicas up once and get ranges (else: ``batch_get_into_multi_buffers`` / ``_into``).
         self.get_sessions = has_sessions(self.client, GET_SESSION_CALLS)
+        #: The calls of a zero-copy read: ``get_calls``, or, for ``"auto"``, the cheaper as measured.
+        self.get_calls = _get_calls(options.get_calls, self.get_sessions)
         #: Pages a session write prepares before moving them (the next ones are prepared meanwhile).
         self.pipeline_pages = PIPELINE_PAGES
         self._regions: list[tuple[int, int]] = []
@@ -366,3 +369,10 @@ class MooncakeBackend(Backend[MooncakeOptions]):
             store.unregister_buffer(begin)
         self._regions.clear()
         store.close()
+
+
+def _get_calls(option: str, sessions: bool) -> FasterOf | str:
+    """What ``get_calls`` resolves to: ``"plain"`` without session calls, a chooser for ``"auto"``."""
+    if not sessions:
+        return "plain"
+    return FasterOf(("session", "plain")) if option == "auto" else option

@@ -13,10 +13,12 @@ from dataclasses import dataclass, fields
 
 from hicache_storage.plugin import ConfigError
 
-__all__ = ["ENV_FALLBACKS", "TRANSFER_MODES", "MooncakeOptions", "parse_size"]
+__all__ = ["ENV_FALLBACKS", "GET_CALLS", "TRANSFER_MODES", "MooncakeOptions", "parse_size"]
 
 #: Values of the ``transfer`` option.
 TRANSFER_MODES = ("auto", "zero_copy", "staged")
+#: Values of the ``get_calls`` option.
+GET_CALLS = ("auto", "session", "plain")
 
 #: Option name → environment variable read when the option is not given.
 ENV_FALLBACKS: dict[str, str] = {
@@ -85,6 +87,11 @@ class MooncakeOptions:
       ``"auto"`` (default): staged over TCP when the page's segments average under 256 KiB
       (TCP pays a fixed cost per buffer), zero-copy otherwise. Pages outside the registered pool
       (v0 flat tensors) are always staged.
+    - ``get_calls``: the client calls a zero-copy read makes. ``"session"``: a get session, ranged gets
+      of chunks on 4 lanes, each chunk's pages checked as it lands. ``"plain"``: one
+      ``batch_get_into_multi_buffers``, then the checks. ``"auto"`` (default): measures both on this
+      backend's own reads (cost per byte read) and takes the cheaper, trying the other every 16th
+      read. A client without session calls makes plain calls.
     - ``replica_num``: replicas of each object.
     - ``verify_checksum``: write and check the XXH3-64 of each page (default ``True``). ``False``
       still checks the header (object key digest and length) but neither hashes nor verifies the
@@ -107,6 +114,7 @@ class MooncakeOptions:
     replica_num: int = 1
     verify_checksum: bool = True
     transfer: str = "auto"
+    get_calls: str = "auto"
     rpc_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
@@ -147,6 +155,11 @@ class MooncakeOptions:
             raise ConfigError(
                 "extra_config.transfer",
                 f"expected one of {', '.join(map(repr, TRANSFER_MODES))}, got {self.transfer!r}",
+            )
+        if self.get_calls not in GET_CALLS:
+            raise ConfigError(
+                "extra_config.get_calls",
+                f"expected one of {', '.join(map(repr, GET_CALLS))}, got {self.get_calls!r}",
             )
         if not 1 <= self.replica_num <= 64:
             raise ConfigError("extra_config.replica_num", f"must be in 1..64, got {self.replica_num}")

@@ -5,21 +5,24 @@ segments straight from (writes) or into (reads) the registered host pool. Writes
 session (:func:`~hicache_storage_mooncake.sessions.put_in_session`: the headers are packed, pages
 hashed, chunk by chunk while earlier chunks travel); clients without put sessions remove the
 batch's keys (on a helper thread while the headers are packed), then ``batch_put_from_multi_buffers``
-(Mooncake's put keeps an existing value). Reads go through a get session
-(:func:`~hicache_storage_mooncake.sessions.get_in_session`), each chunk's pages checked as the chunk
-lands (the header, and checksum, of :meth:`MooncakeBackend.accept`) while later chunks still move;
-else ``batch_get_into_multi_buffers``, then the same checks.
+(Mooncake's put keeps an existing value). Reads (``get_calls``) go through a get
+session (:func:`~hicache_storage_mooncake.sessions.get_in_session`), each chunk's pages checked as
+the chunk lands (the header, and checksum, of :meth:`MooncakeBackend.accept`) while later chunks
+still move, or through one ``batch_get_into_multi_buffers``, then the same checks; with ``"auto"``
+through whichever has cost less per byte read so far (:class:`FasterOf`).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hicache_storage.plugin import PageBuffers
 
 from .client import OBJECT_NOT_FOUND
+from .faster_of import FasterOf
 from .memory import SlabArena
 from .record import HEADER_SIZE, key_digest, pack_header
 from .sessions import Transfers, get_in_session, put_in_session
@@ -83,9 +86,14 @@ def _remove_then_put(backend: MooncakeBackend, objects: Transfers, pack: Any, ho
 def read_direct(
     backend: MooncakeBackend, names: list[str], pages: list[PageBuffers], ptrs: list[list[int]], sizes: list[list[int]]
 ) -> list[bool]:
-    """Get into [header slot, segments...] for pages in registered memory (at most one slab); then check."""
+    """Get into [header slot, segments...] for pages in registered memory (at most one slab); then check.
+
+    The calls are those of ``get_calls`` (with ``"auto"``, the cheaper per byte read so far)."""
     arena = backend.header_arena()
     out = [False] * len(names)
+    chooser = backend.get_calls if isinstance(backend.get_calls, FasterOf) else None
+    way = chooser.pick() if chooser is not None else str(backend.get_calls)
+    begin = time.perf_counter()
     with arena.slab() as slab:
         arena.view[slab : slab + len(names) * HEADER_SIZE] = bytes(len(names) * HEADER_SIZE)
         objects = _objects(arena, slab, names, ptrs, sizes)
@@ -96,7 +104,7 @@ def read_direct(
                     arena.view, slab + n * HEADER_SIZE, names[n], pages[n], objects.totals[n] - HEADER_SIZE
                 )
 
-        if backend.get_sessions:  # each chunk checked as it lands (its bytes still in the CPU cache)
+        if way == "session":  # each chunk checked as it lands (its bytes still in the CPU cache)
             checks = _ChunkChecks(check)
             try:
                 result = backend.calls.call(
@@ -110,6 +118,9 @@ def read_direct(
             result = backend.calls.call("get", call, names, objects.ptrs, objects.sizes, hold=(arena, slab))
             for n, code in enumerate(backend.check_codes(result, len(names), "get")):
                 check(n, code)
+        backend.counters.bump(f"mooncake_{way}_gets")
+        if chooser is not None:
+            chooser.record(way, time.perf_counter() - begin, sum(objects.totals[n] for n, ok in enumerate(out) if ok))
     return out
 
 

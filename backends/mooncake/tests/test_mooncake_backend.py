@@ -64,6 +64,7 @@ def test_options_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"master_server_address": "h:1", "global_segment_size": "lots"}, "global_segment_size"),
         ({"master_server_address": "h:1", "verify_checksum": "yes"}, "verify_checksum"),
         ({"master_server_address": "h:1", "transfer": "rdma"}, "transfer"),
+        ({"master_server_address": "h:1", "get_calls": "fastest"}, "get_calls"),
     ],
 )
 def test_options_rejected(monkeypatch: pytest.MonkeyPatch, values: dict[str, Any], option: str) -> None:
@@ -111,6 +112,26 @@ def test_missing_client_gives_install_hint() -> None:
 
 # ---------------------------------------------------------------- data path
 TRANSFERS = ("zero_copy", "staged")
+
+
+@pytest.mark.parametrize("get_calls", ["session", "plain", "auto"])
+def test_every_get_call_reads_the_pages_and_is_counted(open_backend: Any, get_calls: str) -> None:
+    """``get_calls``: the session and the plain reads return the same pages; ``auto`` tries both first."""
+    pool = make_pool(num_pages=24)
+    backend = open_backend({"transfer": "zero_copy", "get_calls": get_calls}, pool=pool)
+    keys = keys_for(6)
+    assert backend.batch_set_v1(keys, indices(0, 6)) == [True] * 6
+    for round_number in range(4):
+        base = 6 + 3 * round_number
+        assert backend.batch_get_v1(keys[:3], indices(base, 3)) == [True] * 3
+        assert [page_bytes(pool, base + n) for n in range(3)] == [page_bytes(pool, n) for n in range(3)]
+    counters = backend.get_stats()["counters"]
+    used = {way: counters.get(f"mooncake_{way}_gets", 0) for way in ("session", "plain")}
+    if get_calls == "auto":
+        assert used == {"session": 2, "plain": 2}  # the ways take turns until each has its samples
+        assert all(cost is not None and cost > 0 for cost in backend.backend.get_calls.costs().values())
+    else:
+        assert used[get_calls] == 4 and sum(used.values()) == 4
 
 
 def test_staged_and_zero_copy_clients_read_each_others_pages(open_backend: Any) -> None:
