@@ -4,10 +4,11 @@ A put session (``batch_put_session_start``, ``batch_put_from_multi_buffer_ranges
 ``batch_put_session_end``, ``batch_put_session_revoke``) reserves objects, fills them with ranged
 puts from registered buffers and publishes them; readers see nothing before the end. A get
 session (``batch_get_session_start``, ``batch_get_into_multi_buffer_ranges``,
-``batch_get_session_end``) looks the replicas up once and reads ranges of the objects. The client
-answers a batch through its sessions faster than through its plain batch calls
+``batch_get_session_end``) looks the replicas up once and reads ranges of the objects. At load 2-7
+the client answered a batch through its sessions faster than through its plain batch calls
 (``batch_put_from_multi_buffers``, ``batch_upsert_from``, ``batch_get_into_multi_buffers``,
-``batch_get_into``): 10-15 % at load 2 here, about twice as fast at load 7;
+``batch_get_into``): 10-15 % at load 2, about twice as fast at load 7; on an idle host its plain
+get was ahead, so zero-copy reads choose by measurement (``get_calls``);
 ``benchmarks/bench_mooncake.py`` measures both. The ranged calls of one batch run on up to
 ``TRANSFER_LANES`` threads at once: the client's TCP transport waits for the peer's acknowledgement
 of each buffer before it sends the next one of a call, and concurrent calls overlap those round
