@@ -14,7 +14,7 @@ import torch
 
 from .errors import InvalidRequestError
 
-__all__ = ["PageBuffers", "page_nbytes", "tensor_page_buffer"]
+__all__ = ["PageBuffers", "memory_at", "page_nbytes", "tensor_page_buffer"]
 
 #: One page as its segments, in page byte order.
 PageBuffers = list[memoryview]
@@ -39,10 +39,17 @@ def tensor_page_buffer(tensor: Any, expected_bytes: int, what: str) -> PageBuffe
     nbytes = tensor.nbytes
     if nbytes != expected_bytes:
         raise InvalidRequestError(f"{what} holds {nbytes} bytes; a page of this pool holds {expected_bytes}")
-    # a ctypes window on the tensor's memory: a quarter of the cost of torch's views and .numpy()
-    window = _window_type(nbytes).from_address(tensor.data_ptr())
-    vars(window)["owner"] = tensor  # the view holds the window, the window the tensor
-    return [memoryview(window).cast("B")]
+    # a window on the tensor's memory: a quarter of the cost of torch's views and .numpy()
+    return [memory_at(tensor.data_ptr(), nbytes, owner=tensor)]
+
+
+def memory_at(address: int, nbytes: int, *, owner: object = None) -> memoryview:
+    """A writable byte view of ``nbytes`` at ``address`` (no copy); the view keeps ``owner`` (what holds
+    the memory) alive while it lives."""
+    window = _window_type(nbytes).from_address(address)
+    if owner is not None:
+        vars(window)["owner"] = owner  # the view holds the window, the window the owner
+    return memoryview(window).cast("B")
 
 
 @functools.lru_cache(maxsize=64)

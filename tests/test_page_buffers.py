@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hicache_storage.errors import InvalidRequestError
-from hicache_storage.page_buffers import page_nbytes, tensor_page_buffer
+from hicache_storage.page_buffers import memory_at, page_nbytes, tensor_page_buffer
 
 
 def test_the_segment_is_the_tensors_memory_both_ways() -> None:
@@ -28,6 +28,15 @@ def test_the_segment_keeps_its_tensor_alive() -> None:
     churn = [torch.zeros(4096, dtype=torch.uint8) for _ in range(64)]  # reuses freed memory if any
     assert bytes(page[0]) == b"\x07" * 4096 and page_nbytes(page) == 4096
     del churn
+
+
+def test_memory_at_views_bytes_in_place_and_holds_their_owner() -> None:
+    owner = torch.tensor(list(b"abcdefgh"), dtype=torch.uint8)
+    view = memory_at(owner.data_ptr() + 2, 4, owner=owner)
+    assert bytes(view) == b"cdef" and view.format == "B" and not view.readonly
+    view[0] = ord("X")
+    assert bytes(owner.numpy()) == b"abXdefgh"
+    assert vars(view.obj)["owner"] is owner
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,17 @@
 """A host pool's pages as the segment lists primitives receive (zero-copy views where the pool allows).
 
 Works with pools that offer ``page_segments`` (this SDK's) and with any pool that offers SGLang's
-``get_page_buffer_meta`` (pointers wrapped with ctypes; no copy).
+``get_page_buffer_meta`` (pointers wrapped as byte views; no copy).
 """
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from ..page_buffers import PageBuffers
+from ..page_buffers import PageBuffers, memory_at
 from .host import PoolFacts, pool_facts
 
 __all__ = ["pool_page_buffers"]
@@ -33,8 +32,7 @@ def pool_page_buffers(pool: Any, starts: Sequence[int], facts: PoolFacts | None 
     for number in range(len(starts)):
         span = slice(number * per_page, (number + 1) * per_page)
         page: PageBuffers = [
-            memoryview((ctypes.c_ubyte * int(size)).from_address(int(ptr))).cast("B")
-            for ptr, size in zip(ptrs[span], sizes[span], strict=True)
+            memory_at(int(ptr), int(size), owner=pool) for ptr, size in zip(ptrs[span], sizes[span], strict=True)
         ]
         pages.append(_flat_page_order(facts, page))
     return pages
